@@ -1,0 +1,1 @@
+"""Latency benchmarks, committed per-GPU baselines, and the performance gate."""

@@ -1,0 +1,1 @@
+"""The fuzzing campaign driver: CLI, reproducer corpus, replay, planted mutants, certify."""

@@ -1,0 +1,1 @@
+"""Hypothesis strategies, the statistics engine, the checks, and the pytest suite."""

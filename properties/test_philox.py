@@ -1,0 +1,109 @@
+"""`reference.philox` is Philox4x32-10 and bit-identical to Triton's tl.randint and tl.rand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from reference import philox
+from reference.sampler import ACCEPT_PURPOSE, SAMPLE_PURPOSE, stream_offsets
+
+# Known-answer vectors of Random123 (kat_vectors, philox4x32 with 10 rounds): counter, key, output.
+KNOWN_ANSWERS = [
+    ((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
+    ((0xFFFFFFFF,) * 4, (0xFFFFFFFF, 0xFFFFFFFF), (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
+    (
+        (0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344),
+        (0xA4093822, 0x299F31D0),
+        (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1),
+    ),
+]
+
+
+@pytest.mark.parametrize(("counter", "key", "expected"), KNOWN_ANSWERS)
+def test_known_answer_vectors(
+    counter: tuple[int, ...], key: tuple[int, int], expected: tuple[int, ...]
+) -> None:
+    """The block function reproduces Random123's published Philox4x32-10 outputs."""
+    words = philox.philox4x32(counter, key)  # type: ignore[arg-type]
+    assert tuple(int(w) for w in words) == expected
+
+
+def test_uniform_range_and_endpoints() -> None:
+    """rand maps the words 0 and 0xFFFFFFFF to 0.0 and never reaches 1.0."""
+    words = np.array([0, 0xFFFFFFFF, 0x7FFFFFFF, 0x80000000, 1], dtype=np.uint32)
+    uniforms = philox.uint_to_uniform(words)
+    assert uniforms[0] == 0.0 and uniforms[1] == 0.0
+    assert uniforms.max() < 1.0
+    assert uniforms[2] == np.float32(0.99999994)
+
+
+@triton.jit
+def _philox_probe(seed_ptr, offset_ptr, word_ptr, uniform_ptr, NUM: tl.constexpr):
+    """Write tl.randint and tl.rand for each (seed, offset) pair.
+
+    Args:
+        seed_ptr: [NUM] int64 seeds.
+        offset_ptr: [NUM] int64 offsets.
+        word_ptr: [NUM] int32 output words (bitcast from uint32).
+        uniform_ptr: [NUM] float32 output uniforms.
+    """
+    # One program; NUM lanes.
+    lanes = tl.arange(0, NUM)
+    seed = tl.load(seed_ptr + lanes)
+    offset = tl.load(offset_ptr + lanes)
+    tl.store(word_ptr + lanes, tl.randint(seed, offset).to(tl.int32, bitcast=True))
+    tl.store(uniform_ptr + lanes, tl.rand(seed, offset))
+
+
+def _triton_words(seeds: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    seeds_t = torch.as_tensor(seeds.astype(np.int64), device=device)
+    offsets_t = torch.as_tensor(offsets.view(np.int64), device=device)
+    words = torch.empty(seeds.shape[0], dtype=torch.int32, device=device)
+    uniforms = torch.empty(seeds.shape[0], dtype=torch.float32, device=device)
+    _philox_probe[(1,)](seeds_t, offsets_t, words, uniforms, NUM=seeds.shape[0])
+    return words.cpu().numpy().view(np.uint32), uniforms.cpu().numpy()
+
+
+def test_bit_identical_to_triton() -> None:
+    """randint and rand equal Triton's for seeds past 2**32 and offsets around 2**32 and past 2**40."""
+    rng = np.random.default_rng(20261121)
+    seeds = np.array([0, 1, 2**32 - 1, 2**32, 2**32 + 7, 2**62 + 3, 2**63 - 1, -1, -(2**63)], dtype=np.int64)
+    offsets = [0, 1, 2**32 - 1, 2**32, 2**32 + 1, 2**40, 2**40 + 12345, 2**41 - 1, 2**63 - 1]
+    layout = [
+        stream_offsets(step, position, purpose, token)
+        for step, position, purpose, token in [
+            (0, 0, ACCEPT_PURPOSE, 0),
+            (1, 5, SAMPLE_PURPOSE, 262143),
+            (2**31, 127, SAMPLE_PURPOSE, 2**22 - 1),
+            (2**32 - 1, 64, ACCEPT_PURPOSE, 0),
+            (12345, 3, SAMPLE_PURPOSE, 151935),
+        ]
+    ]
+    all_offsets = np.array([*offsets, *(int(x) for x in layout)], dtype=np.uint64)
+    random = rng.integers(0, 2**63, size=64 - all_offsets.shape[0], dtype=np.int64).view(np.uint64)
+    all_offsets = np.concatenate([all_offsets, random])
+    all_seeds = np.concatenate(
+        [seeds, rng.integers(-(2**63), 2**63 - 1, size=64 - seeds.shape[0], dtype=np.int64)]
+    )
+    for shift in range(4):  # every seed meets every kind of offset
+        seeds_now = np.roll(all_seeds, shift * 17)
+        words, uniforms = _triton_words(seeds_now, all_offsets)
+        np.testing.assert_array_equal(philox.randint(seeds_now, all_offsets), words)
+        np.testing.assert_array_equal(philox.rand(seeds_now, all_offsets), uniforms)
+
+
+def test_stream_offsets_layout() -> None:
+    """Offsets follow (((step * 128 + i) * 4 + purpose) << 22) + token, modulo 2**64."""
+    assert int(stream_offsets(0, 0, 0, 0)) == 0
+    assert int(stream_offsets(0, 1, 0, 0)) == 4 << 22
+    assert int(stream_offsets(0, 0, 1, 5)) == (1 << 22) + 5
+    assert int(stream_offsets(3, 2, 1, 7)) == (((3 * 128 + 2) * 4 + 1) << 22) + 7
+    assert (
+        int(stream_offsets(2**32 - 1, 127, 1, 2**22 - 1))
+        == ((((2**32 - 1) * 128 + 127) * 4 + 1) << 22) + 2**22 - 1
+    )

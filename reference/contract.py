@@ -1,0 +1,468 @@
+"""The contract every sampler implements: `SpecBatch` in, `SpecOutput` out.
+
+A sampler, ours or foreign, is a `Variant`: a callable ``SpecBatch -> SpecOutput`` with a ``name``
+and a ``canonical_rng`` flag. This module defines the two data types, validates them (every error
+names the argument and the bad value), and offers helpers to build a batch from per-request data
+and to split an output per request.
+
+Layout of a batch with ``B`` requests, request ``b`` holding ``n_b >= 0`` drafts:
+
+- ``target_logits [R, V]``, ``R = sum(n_b + 1)``: request ``b`` owns rows
+  ``cu_num_drafts[b] + b ... cu_num_drafts[b + 1] + b``, one per draft position, then its bonus row.
+- ``draft_logits``: ``None`` (one-hot drafts), ``[D, V]`` flat (``D = sum(n_b)``, request ``b``'s
+  rows start at ``cu_num_drafts[b]``), or ``[S, K, V]`` read through ``draft_slot [B]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, runtime_checkable
+
+import numpy as np
+import torch
+
+Method = Literal["strict", "probabilistic", "synthetic"]
+METHODS: tuple[Method, ...] = ("strict", "probabilistic", "synthetic")
+
+LOGIT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+INDEX_DTYPES = (torch.int32, torch.int64)
+
+# The canonical random streams give each request 128 positions and 2**22 token lanes.
+MAX_POSITIONS = 128
+MAX_NUM_DRAFTS = MAX_POSITIONS - 1
+MAX_VOCAB_SIZE = 1 << 22
+# A step must leave the offset layout injective: (step * 128 + i) * 4 + purpose < 2**42.
+MAX_STEP = 1 << 32
+
+
+@dataclass(frozen=True)
+class SpecBatch:
+    """One verification step of speculative decoding for a batch of requests.
+
+    Attributes:
+        target_logits: ``[R, V]`` fp32/fp16/bf16, one row per draft position then the bonus row.
+        draft_logits: ``None`` (one-hot drafts), ``[D, V]`` flat, or ``[S, K, V]`` slotted.
+        draft_token_ids: ``[D]`` int64; ``-1`` is a placeholder that is never accepted.
+        cu_num_drafts: ``[B + 1]`` int32 exclusive prefix sums of the draft counts.
+        temperature: ``[B]`` fp32; ``0`` means greedy.
+        seed: ``[B]`` int64.
+        step: ``[B]`` int64 in ``[0, 2**32)``.
+        method: ``"strict"``, ``"probabilistic"`` or ``"synthetic"``.
+        synthetic_rates: ``[K]`` float64 conditional acceptance rates, required for synthetic.
+        draft_slot: ``[B]`` int32/int64 slot of each request in slotted ``draft_logits``.
+        max_num_drafts: optional host-side ``max(n_b)``; lets a GPU sampler size its output
+            without reading ``cu_num_drafts`` back from the device.
+    """
+
+    target_logits: torch.Tensor
+    draft_logits: torch.Tensor | None
+    draft_token_ids: torch.Tensor
+    cu_num_drafts: torch.Tensor
+    temperature: torch.Tensor
+    seed: torch.Tensor
+    step: torch.Tensor
+    method: Method = "probabilistic"
+    synthetic_rates: torch.Tensor | None = None
+    draft_slot: torch.Tensor | None = None
+    max_num_drafts: int | None = field(default=None, compare=False)
+
+    @property
+    def num_requests(self) -> int:
+        """``B``, the number of requests."""
+        return int(self.cu_num_drafts.shape[0]) - 1
+
+    @property
+    def vocab_size(self) -> int:
+        """``V``, the vocabulary size."""
+        return int(self.target_logits.shape[-1])
+
+    @property
+    def device(self) -> torch.device:
+        """The device every tensor of the batch lives on."""
+        return self.target_logits.device
+
+    @property
+    def slotted(self) -> bool:
+        """Whether draft logits are a persistent ``[S, K, V]`` buffer read through ``draft_slot``."""
+        return self.draft_logits is not None and self.draft_logits.dim() == 3
+
+    def num_drafts(self) -> list[int]:
+        """The per-request draft counts ``n_b`` (reads ``cu_num_drafts`` on the host)."""
+        cu = self.cu_num_drafts.detach().cpu().to(torch.int64)
+        return (cu[1:] - cu[:-1]).tolist()
+
+    def resolved_max_num_drafts(self) -> int:
+        """``max(n_b)``: the host hint when given, else read from ``cu_num_drafts``."""
+        if self.max_num_drafts is not None:
+            return self.max_num_drafts
+        counts = self.num_drafts()
+        return max(counts) if counts else 0
+
+    def validate(self, *, check_values: bool = True) -> None:
+        """Raise ``ValueError`` naming the argument and the value if the batch breaks the contract.
+
+        Structural checks (shapes, dtypes, devices, contiguity) need no device synchronisation and
+        always run. ``check_values`` adds the checks that read tensor contents: the counts, the slots,
+        temperatures and steps. NaN logits and draft ids outside ``[-1, V)`` are not errors: the
+        semantics define them (NaN counts as ``-inf``, such an id as a placeholder); see
+        `odd_values`.
+        """
+        validate_batch(self, check_values=check_values)
+
+
+@dataclass(frozen=True)
+class SpecOutput:
+    """What a sampler emits for a `SpecBatch`.
+
+    Attributes:
+        token_ids: ``[B, max_n + 1]`` int64, emitted tokens left-aligned, ``-1`` after them.
+        num_emitted: ``[B]`` int32 in ``[1, n_b + 1]``: accepted drafts plus the emitted token.
+        logprobs: optional ``[B, max_n + 1]`` fp32 target log-probabilities of the emitted tokens
+            (``log softmax(target / T)``, with ``T = 1`` for greedy rows); ``nan`` after them.
+    """
+
+    token_ids: torch.Tensor
+    num_emitted: torch.Tensor
+    logprobs: torch.Tensor | None = None
+
+
+@runtime_checkable
+class Variant(Protocol):
+    """A rejection sampler under test: ``SpecBatch -> SpecOutput``.
+
+    ``canonical_rng`` is true when the sampler draws its randomness from the canonical streams
+    (`reference.sampler.canonical_noise`), which makes the coupled check possible.
+    """
+
+    name: str
+    canonical_rng: bool
+
+    def __call__(self, batch: SpecBatch) -> SpecOutput: ...
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation
+
+
+def _fail(argument: str, problem: str) -> ValueError:
+    return ValueError(f"{argument} {problem}")
+
+
+def _check_tensor(
+    name: str, value: object, dims: tuple[int, ...], dtypes: tuple[torch.dtype, ...], device: torch.device
+) -> torch.Tensor:
+    if not isinstance(value, torch.Tensor):
+        raise _fail(name, f"is {type(value).__name__}; expected a torch.Tensor")
+    if value.dim() not in dims:
+        raise _fail(name, f"has shape {tuple(value.shape)}; expected {' or '.join(f'{d}-D' for d in dims)}")
+    if value.dtype not in dtypes:
+        expected = ", ".join(str(d).removeprefix("torch.") for d in dtypes)
+        raise _fail(name, f"has dtype {value.dtype}; expected one of {expected}")
+    if value.device != device:
+        raise _fail(name, f"is on device {value.device}; expected {device} (the device of target_logits)")
+    if value.dim() > 0 and value.shape[-1] > 1 and value.stride(-1) != 1:
+        raise _fail(name, f"has stride {value.stride()}; rows must be contiguous (last stride 1)")
+    return value
+
+
+def validate_batch(batch: SpecBatch, *, check_values: bool = True) -> None:
+    """See `SpecBatch.validate`."""
+    target = batch.target_logits
+    if not isinstance(target, torch.Tensor):
+        raise _fail("target_logits", f"is {type(target).__name__}; expected a torch.Tensor")
+    device = target.device
+    _check_tensor("target_logits", target, (2,), LOGIT_DTYPES, device)
+    num_rows, vocab_size = target.shape
+    if not 1 <= vocab_size <= MAX_VOCAB_SIZE:
+        raise _fail("target_logits", f"has vocab size {vocab_size}; expected 1 <= V <= {MAX_VOCAB_SIZE}")
+    if batch.method not in METHODS:
+        raise _fail("method", f"is {batch.method!r}; expected one of {', '.join(METHODS)}")
+
+    cu = _check_tensor("cu_num_drafts", batch.cu_num_drafts, (1,), (torch.int32,), device)
+    num_requests = cu.shape[0] - 1
+    if num_requests < 1:
+        raise _fail("cu_num_drafts", f"has shape {tuple(cu.shape)}; expected [B + 1] with B >= 1")
+    num_draft_rows = num_rows - num_requests
+    if num_draft_rows < 0:
+        raise _fail("target_logits", f"has {num_rows} rows; expected at least B = {num_requests}")
+    for name in ("temperature", "seed", "step"):
+        dtypes = (torch.float32,) if name == "temperature" else (torch.int64,)
+        tensor = _check_tensor(name, getattr(batch, name), (1,), dtypes, device)
+        if tensor.shape[0] != num_requests:
+            raise _fail(name, f"has shape {tuple(tensor.shape)}; expected [B] = [{num_requests}]")
+    ids = _check_tensor("draft_token_ids", batch.draft_token_ids, (1,), (torch.int64,), device)
+    if ids.shape[0] != num_draft_rows:
+        raise _fail(
+            "draft_token_ids",
+            f"has shape {tuple(ids.shape)}; expected [D] = [{num_draft_rows}] "
+            f"(target_logits rows {num_rows} minus B = {num_requests})",
+        )
+
+    draft = batch.draft_logits
+    slot = batch.draft_slot
+    if draft is None:
+        if slot is not None:
+            raise _fail("draft_slot", "is given but draft_logits is None; slots index [S, K, V] draft logits")
+    else:
+        _check_tensor("draft_logits", draft, (2, 3), LOGIT_DTYPES, device)
+        if draft.shape[-1] != vocab_size:
+            raise _fail("draft_logits", f"has shape {tuple(draft.shape)}; expected vocab size {vocab_size}")
+        if draft.dim() == 2:
+            if draft.shape[0] != num_draft_rows:
+                raise _fail(
+                    "draft_logits",
+                    f"has shape {tuple(draft.shape)}; expected [D, V] = [{num_draft_rows}, {vocab_size}]",
+                )
+            if slot is not None:
+                raise _fail("draft_slot", "is given but draft_logits is flat [D, V]; slots need [S, K, V]")
+        else:
+            if slot is None:
+                raise _fail("draft_slot", "is None but draft_logits is slotted [S, K, V]; expected [B] slots")
+            _check_tensor("draft_slot", slot, (1,), INDEX_DTYPES, device)
+            if slot.shape[0] != num_requests:
+                raise _fail("draft_slot", f"has shape {tuple(slot.shape)}; expected [B] = [{num_requests}]")
+
+    if batch.method == "synthetic":
+        rates = batch.synthetic_rates
+        if rates is None:
+            raise _fail("synthetic_rates", "is None; method 'synthetic' needs [K] conditional rates")
+        _check_tensor("synthetic_rates", rates, (1,), (torch.float64,), device)
+    if batch.max_num_drafts is not None and not 0 <= batch.max_num_drafts <= MAX_NUM_DRAFTS:
+        raise _fail(
+            "max_num_drafts", f"is {batch.max_num_drafts}; expected 0 <= max_num_drafts <= {MAX_NUM_DRAFTS}"
+        )
+
+    if check_values:
+        _validate_values(batch, num_draft_rows)
+
+
+def _validate_values(batch: SpecBatch, num_draft_rows: int) -> None:
+    cu = batch.cu_num_drafts.detach().cpu().to(torch.int64)
+    if int(cu[0]) != 0:
+        raise _fail("cu_num_drafts", f"starts at {int(cu[0])}; expected 0")
+    counts = cu[1:] - cu[:-1]
+    if bool((counts < 0).any()):
+        b = int(torch.nonzero(counts < 0)[0, 0])
+        raise _fail(
+            "cu_num_drafts",
+            f"decreases at request {b} ({int(cu[b])} -> {int(cu[b + 1])}); draft counts must be >= 0",
+        )
+    if int(cu[-1]) != num_draft_rows:
+        raise _fail(
+            "cu_num_drafts",
+            f"ends at {int(cu[-1])}; expected D = {num_draft_rows} (rows of target_logits minus B)",
+        )
+    max_count = int(counts.max())
+    if max_count > MAX_NUM_DRAFTS:
+        raise _fail("cu_num_drafts", f"gives a request {max_count} drafts; at most {MAX_NUM_DRAFTS}")
+    if batch.max_num_drafts is not None and batch.max_num_drafts != max_count:
+        raise _fail("max_num_drafts", f"is {batch.max_num_drafts}; cu_num_drafts gives {max_count}")
+
+    temperature = batch.temperature.detach().cpu()
+    bad = ~(torch.isfinite(temperature) & (temperature >= 0))
+    if bool(bad.any()):
+        b = int(torch.nonzero(bad)[0, 0])
+        raise _fail("temperature", f"[{b}] is {float(temperature[b])}; expected a finite value >= 0")
+    step = batch.step.detach().cpu()
+    bad = (step < 0) | (step >= MAX_STEP)
+    if bool(bad.any()):
+        b = int(torch.nonzero(bad)[0, 0])
+        raise _fail("step", f"[{b}] is {int(step[b])}; expected 0 <= step < 2**32")
+
+    if batch.slotted:
+        assert batch.draft_logits is not None and batch.draft_slot is not None
+        num_slots, capacity = batch.draft_logits.shape[:2]
+        slot = batch.draft_slot.detach().cpu().to(torch.int64)
+        bad = (slot < 0) | (slot >= num_slots)
+        if bool(bad.any()):
+            b = int(torch.nonzero(bad)[0, 0])
+            raise _fail("draft_slot", f"[{b}] is {int(slot[b])}; expected a slot in [0, {num_slots})")
+        if max_count > capacity:
+            raise _fail("draft_logits", f"holds K = {capacity} drafts per slot; a request has {max_count}")
+
+    if batch.method == "synthetic":
+        assert batch.synthetic_rates is not None
+        rates = batch.synthetic_rates.detach().cpu()
+        if rates.shape[0] < max_count:
+            raise _fail("synthetic_rates", f"has {rates.shape[0]} rates; a request has {max_count} drafts")
+        bad = ~((rates >= 0) & (rates <= 1))
+        if bool(bad.any()):
+            k = int(torch.nonzero(bad)[0, 0])
+            raise _fail("synthetic_rates", f"[{k}] is {float(rates[k])}; expected a rate in [0, 1]")
+
+
+def odd_values(batch: SpecBatch) -> list[str]:
+    """Describe the legal but odd values of a batch: NaN or infinite logits, out-of-range draft ids.
+
+    They have defined semantics (NaN counts as ``-inf``; an id outside ``[0, V)`` is a placeholder),
+    so validation accepts them; a caller who wants them flagged asks here.
+    """
+    notes = []
+    logits = [("target_logits", batch.target_logits)]
+    if batch.draft_logits is not None:
+        logits.append(("draft_logits", batch.draft_logits))
+    for name, tensor in logits:
+        if bool(torch.isnan(tensor).any()):
+            notes.append(f"{name} has NaN entries (read as -inf)")
+        if bool(torch.isinf(tensor).any()):
+            notes.append(f"{name} has infinite entries")
+    ids = batch.draft_token_ids
+    out_of_range = (ids < -1) | (ids >= batch.vocab_size)
+    if bool(out_of_range.any()):
+        notes.append(f"draft_token_ids has {int(out_of_range.sum())} ids outside [-1, V) (read as -1)")
+    return notes
+
+
+# ---------------------------------------------------------------------------------------------
+# Building batches and splitting outputs
+
+
+@dataclass(frozen=True)
+class RequestData:
+    """One request's inputs, the unit from which `make_batch` assembles a `SpecBatch`.
+
+    Attributes:
+        target_logits: ``[n + 1, V]``: one row per draft position, then the bonus row.
+        draft_token_ids: ``[n]`` integer ids, ``-1`` for a placeholder.
+        draft_logits: ``[n, V]``, or ``None`` for one-hot drafts.
+        temperature: ``0`` means greedy.
+        seed, step: the request's random stream.
+    """
+
+    target_logits: np.ndarray | torch.Tensor
+    draft_token_ids: Sequence[int] | np.ndarray | torch.Tensor
+    draft_logits: np.ndarray | torch.Tensor | None = None
+    temperature: float = 1.0
+    seed: int = 0
+    step: int = 0
+
+
+def make_batch(
+    requests: Sequence[RequestData],
+    *,
+    method: Method = "probabilistic",
+    dtype: torch.dtype = torch.float32,
+    synthetic_rates: Sequence[float] | np.ndarray | None = None,
+    slots: Sequence[int] | None = None,
+    num_slots: int | None = None,
+    slot_capacity: int | None = None,
+    device: torch.device | str = "cpu",
+) -> SpecBatch:
+    """Assemble a validated `SpecBatch` from per-request data.
+
+    Draft logits are all given or all ``None``. With ``slots`` (one distinct slot per request) they
+    go into a ``[num_slots, slot_capacity, V]`` buffer read through ``draft_slot``; unused slot rows
+    hold zeros. Otherwise they are stacked flat ``[D, V]``.
+    """
+    if not requests:
+        raise _fail("requests", "is empty; expected at least one request")
+    has_draft = [r.draft_logits is not None for r in requests]
+    if any(has_draft) and not all(has_draft):
+        raise _fail("requests", "mixes draft_logits and None; give draft logits for all or none")
+
+    def as_tensor(x: np.ndarray | torch.Tensor | Sequence[int], tensor_dtype: torch.dtype) -> torch.Tensor:
+        return torch.as_tensor(np.asarray(x) if not isinstance(x, torch.Tensor) else x).to(tensor_dtype)
+
+    targets = [as_tensor(r.target_logits, torch.float64) for r in requests]
+    ids = [as_tensor(r.draft_token_ids, torch.int64).reshape(-1) for r in requests]
+    counts = [int(i.shape[0]) for i in ids]
+    for b, (t, n) in enumerate(zip(targets, counts, strict=True)):
+        if t.dim() != 2 or t.shape[0] != n + 1:
+            raise _fail(
+                f"requests[{b}].target_logits",
+                f"has shape {tuple(t.shape)}; expected [n + 1, V] with n = {n}",
+            )
+    cu = torch.tensor([0, *np.cumsum(counts)], dtype=torch.int32)
+    vocab_size = targets[0].shape[1]
+    draft_logits: torch.Tensor | None = None
+    draft_slot: torch.Tensor | None = None
+    if all(has_draft):
+        drafts = [as_tensor(r.draft_logits, torch.float64) for r in requests]  # type: ignore[arg-type]
+        if slots is None:
+            draft_logits = torch.cat(drafts).reshape(-1, vocab_size).to(dtype)
+        else:
+            if len(slots) != len(requests):
+                raise _fail("slots", f"has {len(slots)} entries; expected one per request ({len(requests)})")
+            capacity = slot_capacity if slot_capacity is not None else max(1, max(counts))
+            num = num_slots if num_slots is not None else max(slots) + 1
+            buffer = torch.zeros(num, capacity, vocab_size, dtype=torch.float64)
+            for s, d in zip(slots, drafts, strict=True):
+                buffer[s, : d.shape[0]] = d
+            draft_logits = buffer.to(dtype)
+            draft_slot = torch.tensor(list(slots), dtype=torch.int64)
+    elif slots is not None:
+        raise _fail("slots", "is given but the requests have no draft logits")
+    rates = (
+        None if synthetic_rates is None else torch.as_tensor(np.asarray(synthetic_rates, dtype=np.float64))
+    )
+    dev = torch.device(device)
+
+    def move(t: torch.Tensor | None) -> torch.Tensor | None:
+        return None if t is None else t.to(dev)
+
+    batch = SpecBatch(
+        target_logits=torch.cat(targets).to(dtype).to(dev),
+        draft_logits=move(draft_logits),
+        draft_token_ids=torch.cat(ids).to(dev),
+        cu_num_drafts=cu.to(dev),
+        temperature=torch.tensor([r.temperature for r in requests], dtype=torch.float32, device=dev),
+        seed=torch.tensor([r.seed for r in requests], dtype=torch.int64, device=dev),
+        step=torch.tensor([r.step for r in requests], dtype=torch.int64, device=dev),
+        method=method,
+        synthetic_rates=move(rates),
+        draft_slot=move(draft_slot),
+        max_num_drafts=max(counts),
+    )
+    batch.validate()
+    return batch
+
+
+@dataclass(frozen=True)
+class RequestOutput:
+    """One request's share of a `SpecOutput`: the emitted tokens and their log-probabilities."""
+
+    token_ids: list[int]
+    num_accepted: int
+    logprobs: list[float] | None
+
+
+def split_output(output: SpecOutput) -> list[RequestOutput]:
+    """Split a `SpecOutput` per request: the first ``num_emitted[b]`` tokens of each row."""
+    tokens = output.token_ids.detach().cpu().tolist()
+    emitted = output.num_emitted.detach().cpu().tolist()
+    logprobs = None if output.logprobs is None else output.logprobs.detach().cpu().tolist()
+    return [
+        RequestOutput(
+            token_ids=tokens[b][: emitted[b]],
+            num_accepted=emitted[b] - 1,
+            logprobs=None if logprobs is None else logprobs[b][: emitted[b]],
+        )
+        for b in range(len(emitted))
+    ]
+
+
+def validate_output(output: SpecOutput, batch: SpecBatch) -> None:
+    """Raise ``ValueError`` if an output's shapes and dtypes break the contract for ``batch``."""
+    width = batch.resolved_max_num_drafts() + 1
+    shape = (batch.num_requests, width)
+    if output.token_ids.dtype != torch.int64 or tuple(output.token_ids.shape) != shape:
+        raise _fail(
+            "token_ids",
+            f"has dtype {output.token_ids.dtype} and shape "
+            f"{tuple(output.token_ids.shape)}; expected int64 {shape}",
+        )
+    if output.num_emitted.dtype != torch.int32 or tuple(output.num_emitted.shape) != shape[:1]:
+        raise _fail(
+            "num_emitted",
+            f"has dtype {output.num_emitted.dtype} and shape "
+            f"{tuple(output.num_emitted.shape)}; expected int32 {shape[:1]}",
+        )
+    if output.logprobs is not None and (
+        output.logprobs.dtype != torch.float32 or tuple(output.logprobs.shape) != shape
+    ):
+        raise _fail(
+            "logprobs",
+            f"has dtype {output.logprobs.dtype} and shape "
+            f"{tuple(output.logprobs.shape)}; expected float32 {shape}",
+        )

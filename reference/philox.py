@@ -1,0 +1,88 @@
+"""Philox4x32-10 in numpy, bit-identical to Triton's ``tl.randint`` and ``tl.rand``.
+
+Triton keys Philox with the 64-bit seed (low word, high word) and counts with the 64-bit offset
+(low word, high word, 0, 0); ``randint`` is the first output word. ``rand`` reads that word as an
+int32, folds negatives with a bitwise NOT, converts to float32 and scales by ``2**-31`` rounded to
+float32, so a uniform lies in ``[0, 0.99999994]``: never 1.0.
+
+numpy's own ``Philox`` bit generator is another variant and cannot stand in for this one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+MASK32 = np.uint64(0xFFFFFFFF)
+ROUND_A = np.uint64(0xD2511F53)  # multiplies counter word 0
+ROUND_B = np.uint64(0xCD9E8D57)  # multiplies counter word 2
+KEY_A = np.uint64(0x9E3779B9)
+KEY_B = np.uint64(0xBB67AE85)
+NUM_ROUNDS = 10
+UNIFORM_SCALE = np.float32(4.6566127342e-10)
+
+U64Array = npt.NDArray[np.uint64]
+U32Array = npt.NDArray[np.uint32]
+
+
+def _as_u64(values: int | npt.ArrayLike) -> U64Array:
+    """Read integers as 64-bit words: negative int64 values wrap, as a bitcast does."""
+    array = np.asarray(values)
+    if array.dtype.kind == "u":
+        return array.astype(np.uint64)
+    if array.dtype.kind == "i":
+        return array.astype(np.int64).view(np.uint64)
+    if array.dtype == object:
+        wrapped: U64Array = np.array([int(v) % (1 << 64) for v in array.reshape(-1)], dtype=np.uint64)
+        return wrapped.reshape(array.shape)
+    raise TypeError(f"offsets and seeds must be integers; got dtype {array.dtype}")
+
+
+def philox4x32(
+    counter: tuple[npt.ArrayLike, npt.ArrayLike, npt.ArrayLike, npt.ArrayLike],
+    key: tuple[npt.ArrayLike, npt.ArrayLike],
+    num_rounds: int = NUM_ROUNDS,
+) -> tuple[U32Array, U32Array, U32Array, U32Array]:
+    """The Philox4x32 block function on broadcast arrays of 32-bit words.
+
+    Each round: ``c0' = hi(B*c2) ^ c1 ^ k0``, ``c1' = lo(B*c2)``, ``c2' = hi(A*c0) ^ c3 ^ k1``,
+    ``c3' = lo(A*c0)``, then the key is bumped by ``(KEY_A, KEY_B)``.
+    """
+    c0, c1, c2, c3 = (np.asarray(c, dtype=np.uint64) & MASK32 for c in counter)
+    k0, k1 = (np.asarray(k, dtype=np.uint64) & MASK32 for k in key)
+    c0, c1, c2, c3, k0, k1 = np.broadcast_arrays(c0, c1, c2, c3, k0, k1)
+    for _ in range(num_rounds):
+        product_a = ROUND_A * c0  # < 2**64: a 32x32-bit product is exact in uint64
+        product_b = ROUND_B * c2
+        c0, c1, c2, c3 = (
+            (product_b >> np.uint64(32)) ^ c1 ^ k0,
+            product_b & MASK32,
+            (product_a >> np.uint64(32)) ^ c3 ^ k1,
+            product_a & MASK32,
+        )
+        k0 = (k0 + KEY_A) & MASK32
+        k1 = (k1 + KEY_B) & MASK32
+    return (c0.astype(np.uint32), c1.astype(np.uint32), c2.astype(np.uint32), c3.astype(np.uint32))
+
+
+def randint(seed: int | npt.ArrayLike, offsets: npt.ArrayLike) -> U32Array:
+    """``tl.randint(seed, offsets)``: the first Philox word, as uint32, for 64-bit offsets."""
+    seed64 = _as_u64(seed)
+    offset64 = _as_u64(offsets)
+    word, _, _, _ = philox4x32(
+        (offset64 & MASK32, offset64 >> np.uint64(32), np.uint64(0), np.uint64(0)),
+        (seed64 & MASK32, seed64 >> np.uint64(32)),
+    )
+    return word
+
+
+def uint_to_uniform(words: npt.ArrayLike) -> npt.NDArray[np.float32]:
+    """Triton's ``uint_to_uniform_float`` for 32-bit words: float32 in ``[0, 0.99999994]``."""
+    signed = np.asarray(words, dtype=np.uint32).view(np.int32)
+    folded = np.where(signed < 0, ~signed, signed)
+    return folded.astype(np.float32) * UNIFORM_SCALE
+
+
+def rand(seed: int | npt.ArrayLike, offsets: npt.ArrayLike) -> npt.NDArray[np.float32]:
+    """``tl.rand(seed, offsets)``: float32 uniforms in ``[0, 1)`` for 64-bit offsets."""
+    return uint_to_uniform(randint(seed, offsets))
