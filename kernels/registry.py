@@ -1,0 +1,33 @@
+"""Every sampler variant by name: ``get("triton")`` is the production sampler.
+
+A variant is registered with a zero-argument factory, so importing the registry compiles nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from reference.contract import Variant
+
+_FACTORIES: dict[str, Callable[[], Variant]] = {}
+
+
+def register(name: str, factory: Callable[[], Variant]) -> None:
+    """Register ``factory`` under ``name``; a name is registered once."""
+    if name in _FACTORIES:
+        raise ValueError(f"name {name!r} is already registered")
+    _FACTORIES[name] = factory
+
+
+def names() -> list[str]:
+    """The registered variant names, in registration order."""
+    return list(_FACTORIES)
+
+
+def get(name: str) -> Variant:
+    """A fresh instance of the variant registered as ``name``."""
+    if name not in _FACTORIES:
+        raise ValueError(
+            f"name {name!r} is not a registered variant; registered: {', '.join(names()) or 'none'}"
+        )
+    return _FACTORIES[name]()
