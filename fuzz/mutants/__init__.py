@@ -1,0 +1,172 @@
+"""Sampler variants with real bugs planted (MUTANTS.md); the harness self-test must kill each one.
+
+Each mutant is the correct canonical-stream sampler of `fuzz.mutants.base` with one step changed
+the way a shipped bug changed it. `MUTANTS` maps the id to where it lives and which checks
+MUTANTS.md expects to kill it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+from reference.contract import Variant
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """A planted bug: its id, the class that plants it, what it is, and the checks expected to kill it."""
+
+    id: str
+    module: str
+    cls: str
+    bug: str
+    expected: tuple[str, ...]
+    gpu_only: bool = False
+
+    @property
+    def spec(self) -> str:
+        """The ``MODULE:NAME`` spec of the mutant's class."""
+        return f"{self.module}:{self.cls}"
+
+    def load(self) -> Variant:
+        """A fresh instance of the mutant."""
+        variant: Variant = getattr(importlib.import_module(self.module), self.cls)()
+        return variant
+
+
+def _m(id_: str, module: str, cls: str, bug: str, *expected: str, gpu_only: bool = False) -> Mutant:
+    return Mutant(id_, f"fuzz.mutants.{module}", cls, bug, expected, gpu_only)
+
+
+MUTANTS: dict[str, Mutant] = {
+    m.id: m
+    for m in [
+        _m("M01", "m01_nonstrict_accept", "NonStrictAccept", "acceptance test p >= u*q", "invariants"),
+        _m("M02", "m02_zero_uniform", "ZeroUniform", "acceptance uniform hard-coded to 0", "law_of_m"),
+        _m("M03", "m03_unclamped_residual", "UnclampedResidual", "residual not clamped", "law_of_y"),
+        _m(
+            "M04",
+            "m04_residual_at_draft_only",
+            "ResidualAtDraftOnly",
+            "residual subtracts q at the draft only",
+            "law_of_y",
+        ),
+        _m(
+            "M05",
+            "m05_unnormalised_residual",
+            "UnnormalisedResidual",
+            "residual not renormalised",
+            "law_of_y",
+        ),
+        _m(
+            "M06",
+            "m06_bonus_from_last_draft_row",
+            "BonusFromLastDraftRow",
+            "bonus drawn from the last draft row",
+            "law_of_y",
+        ),
+        _m(
+            "M07",
+            "m07_bonus_after_rejection",
+            "BonusAfterRejection",
+            "bonus emitted after a rejection",
+            "invariants",
+        ),
+        _m(
+            "M08",
+            "m08_no_stop_at_rejection",
+            "NoStopAtRejection",
+            "no stop at the first rejection",
+            "invariants",
+            "law_of_m",
+        ),
+        _m(
+            "M09",
+            "m09_reused_uniform",
+            "ReusedUniform",
+            "acceptance uniform reused for the residual",
+            "law_of_y",
+            "coupled",
+        ),
+        _m("M10", "m10_shared_uniform", "SharedUniform", "one uniform shared by every position", "law_of_m"),
+        _m(
+            "M11", "m11_residual_from_row_zero", "ResidualFromRowZero", "residual read from row 0", "law_of_y"
+        ),
+        _m(
+            "M12",
+            "m12_draft_temperature_twice",
+            "DraftTemperatureTwice",
+            "temperature twice on the draft",
+            "law_of_m",
+            "law_of_y",
+        ),
+        _m(
+            "M13",
+            "m13_draft_temperature_missing",
+            "DraftTemperatureMissing",
+            "temperature missing on the draft",
+            "law_of_m",
+        ),
+        _m("M14", "m14_greedy_as_random", "GreedyAsRandom", "greedy rows sampled at T = 1", "invariants"),
+        _m(
+            "M15",
+            "m15_draft_by_batch_index",
+            "DraftByBatchIndex",
+            "drafts read by batch index, not draft_slot",
+            "law_of_m",
+            "law_of_y",
+            "composition",
+        ),
+        _m(
+            "M16",
+            "m16_dropped_last_tile",
+            "DroppedLastTile",
+            "last vocabulary tile dropped",
+            "invariants",
+            "law_of_y",
+        ),
+        _m(
+            "M17",
+            "m17_nan_gives_out_of_range",
+            "NanGivesOutOfRange",
+            "NaN logits give an id >= V",
+            "invariants",
+        ),
+        _m(
+            "M18",
+            "m18_seed_of_first_request",
+            "SeedOfFirstRequest",
+            "per-request seed ignored",
+            "composition",
+        ),
+        _m(
+            "M19",
+            "m19_degenerate_residual_token_zero",
+            "DegenerateResidualTokenZero",
+            "empty residual falls back to token 0",
+            "invariants",
+        ),
+        _m(
+            "M20",
+            "m20_placeholder_as_index",
+            "PlaceholderAsIndex",
+            "placeholder -1 used as an index",
+            "invariants",
+        ),
+        _m(
+            "M21",
+            "m21_strict_for_probabilistic",
+            "StrictForProbabilistic",
+            "strict run for probabilistic",
+            "law_of_m",
+        ),
+        _m(
+            "M22",
+            "m22_unconditional_synthetic_rates",
+            "UnconditionalSyntheticRates",
+            "unconditional synthetic rates used as conditional",
+            "law_of_m",
+        ),
+    ]
+}
