@@ -1,1 +1,15 @@
-"""Production Triton rejection samplers: jit code in *_kernels.py, a launcher per sampler, a registry."""
+"""Production Triton rejection samplers: jit code in *_kernels.py, a launcher per sampler, a registry.
+
+Importing this package chooses the Triton backend before any kernel module is decorated: without a
+CUDA GPU, kernels run on the CPU under the Triton interpreter (``TRITON_INTERPRET=1``), unless the
+variable is already set.
+"""
+
+import os
+
+os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+if "TRITON_INTERPRET" not in os.environ:
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ["TRITON_INTERPRET"] = "1"
