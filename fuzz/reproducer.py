@@ -1,0 +1,158 @@
+"""Reproducers: one self-contained JSON file per failure, loadable without the fuzzer's state.
+
+A reproducer holds the batch's tensors (exact values: bf16 and fp16 go through float32, which holds
+them exactly; NaN and infinities are kept), the variant spec, the check that failed with its verdict,
+the check settings (sample count, alpha, seed), the library versions, and a one-line replay command.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import platform
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from reference.contract import SpecBatch
+
+FORMAT = "specsample-reproducer/1"
+_DTYPES = {
+    str(d).removeprefix("torch."): d
+    for d in (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int32, torch.int64)
+}
+_TENSOR_FIELDS = (
+    "target_logits",
+    "draft_logits",
+    "draft_token_ids",
+    "cu_num_drafts",
+    "temperature",
+    "seed",
+    "step",
+    "synthetic_rates",
+    "draft_slot",
+)
+
+
+def encode_tensor(tensor: torch.Tensor | None) -> dict[str, Any] | None:
+    """A tensor as ``{"dtype", "shape", "data"}`` with exact values."""
+    if tensor is None:
+        return None
+    cpu = tensor.detach().cpu()
+    wide = cpu.float() if cpu.dtype in (torch.float16, torch.bfloat16) else cpu
+    return {
+        "dtype": str(cpu.dtype).removeprefix("torch."),
+        "shape": list(cpu.shape),
+        "data": wide.reshape(-1).tolist(),
+    }
+
+
+def decode_tensor(encoded: dict[str, Any] | None, device: torch.device | str = "cpu") -> torch.Tensor | None:
+    """The tensor `encode_tensor` wrote."""
+    if encoded is None:
+        return None
+    dtype = _DTYPES[encoded["dtype"]]
+    wide = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    data = torch.tensor(encoded["data"], dtype=wide).reshape(encoded["shape"])
+    return data.to(dtype).to(device)
+
+
+def encode_batch(batch: SpecBatch) -> dict[str, Any]:
+    """A batch as JSON-ready data."""
+    encoded: dict[str, Any] = {name: encode_tensor(getattr(batch, name)) for name in _TENSOR_FIELDS}
+    encoded["method"] = batch.method
+    encoded["max_num_drafts"] = batch.max_num_drafts
+    return encoded
+
+
+def decode_batch(encoded: dict[str, Any], device: torch.device | str = "cpu") -> SpecBatch:
+    """The batch `encode_batch` wrote, on ``device``."""
+    tensors = {name: decode_tensor(encoded[name], device) for name in _TENSOR_FIELDS}
+    return SpecBatch(method=encoded["method"], max_num_drafts=encoded.get("max_num_drafts"), **tensors)  # type: ignore[arg-type]
+
+
+def versions() -> dict[str, str]:
+    """The versions of the libraries a replay depends on."""
+    import hypothesis
+    import triton
+
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "numpy": np.__version__,
+        "hypothesis": hypothesis.__version__,
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class Reproducer:
+    """A failure, replayable anywhere.
+
+    Attributes:
+        variant: the variant spec that failed.
+        check: the check that failed.
+        verdict: the failing verdict, as a dict.
+        batch: the input batch.
+        num_samples, alpha, seed: the settings the check ran with.
+        versions: library versions at the time of the failure.
+    """
+
+    variant: str
+    check: str
+    verdict: dict[str, Any]
+    batch: SpecBatch
+    num_samples: int
+    alpha: float
+    seed: int
+    versions: dict[str, str]
+
+    def to_json(self) -> dict[str, Any]:
+        """The reproducer as JSON-ready data."""
+        return {
+            "format": FORMAT,
+            "variant": self.variant,
+            "check": self.check,
+            "verdict": self.verdict,
+            "settings": {"num_samples": self.num_samples, "alpha": self.alpha, "seed": self.seed},
+            "versions": self.versions,
+            "batch": encode_batch(self.batch),
+        }
+
+    def digest(self) -> str:
+        """A short content hash, for the file name."""
+        text = json.dumps(
+            {"check": self.check, "batch": encode_batch(self.batch), "seed": self.seed}, sort_keys=True
+        )
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+    def save(self, directory: Path) -> Path:
+        """Write ``<directory>/<variant>-<check>-<digest>.json`` and return its path."""
+        directory.mkdir(parents=True, exist_ok=True)
+        stem = "".join(c if c.isalnum() else "_" for c in self.variant.rsplit(":", 1)[-1].rsplit("/", 1)[-1])
+        path = directory / f"{stem}-{self.check}-{self.digest()}.json"
+        data = self.to_json()
+        data["replay"] = f"python -m fuzz replay {path}"
+        path.write_text(json.dumps(data, indent=1) + "\n")
+        return path
+
+
+def load_reproducer(path: Path) -> Reproducer:
+    """Read a reproducer file."""
+    data = json.loads(Path(path).read_text())
+    if data.get("format") != FORMAT:
+        raise ValueError(f"path {path} has format {data.get('format')!r}; expected {FORMAT!r}")
+    settings = data["settings"]
+    return Reproducer(
+        variant=data["variant"],
+        check=data["check"],
+        verdict=data["verdict"],
+        batch=decode_batch(data["batch"]),
+        num_samples=int(settings["num_samples"]),
+        alpha=float(settings["alpha"]),
+        seed=int(settings["seed"]),
+        versions=data["versions"],
+    )
