@@ -1,0 +1,217 @@
+"""The benchmark shapes, the inputs built for them, and the bytes each one must move.
+
+A `Case` is one point of DESIGN.md's grid: batch ``B``, drafts per request ``n``, vocabulary ``V``,
+logit dtype, draft layout (flat ``[D, V]`` or slotted ``[S, K, V]``), temperature and method.
+Three grids use it:
+
+- `GATE_CASES`: the representative subset the performance gate times (a few minutes on a GPU):
+  every target of issue 6, each method, layout, dtype and temperature, and both ends of the vocab.
+- `full_grid()`: the whole cross product for RESULTS.md.
+- `SMOKE_CASES`: tiny shapes with the same structural variety, run once untimed on a CPU under the
+  Triton interpreter.
+
+Byte accounting (`min_bytes`) follows DESIGN.md: every target logit once, every draft logit once when
+the law needs ``q`` (probabilistic rows with ``T > 0``; strict, synthetic and greedy rows never
+depend on ``q``), the small per-request inputs once and the outputs once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from dataclasses import dataclass
+
+import torch
+
+from reference.contract import SpecBatch
+
+BATCH_SIZES = (1, 16, 64, 256)
+NUM_DRAFTS = (1, 4, 8)
+VOCAB_SIZES = (32000, 128256, 151936, 262144)
+DTYPES = ("fp32", "bf16")
+LAYOUTS = ("flat", "slotted")
+TEMPERATURES = (1.0, 0.0)
+METHODS = ("probabilistic", "strict", "synthetic")
+
+TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+# Target logits are N(0, LOGIT_SCALE^2): a few tokens carry most of the mass at T = 1, as in a
+# trained model. Drafts are the target plus N(0, DRAFT_NOISE^2) and propose their own argmax, so
+# acceptance is high but not certain and every code path (accept, residual, bonus) runs.
+LOGIT_SCALE = 3.0
+DRAFT_NOISE = 1.0
+SYNTHETIC_RATE = 0.7
+
+
+@dataclass(frozen=True)
+class Case:
+    """One benchmark shape.
+
+    Attributes:
+        method: ``"probabilistic"``, ``"strict"`` or ``"synthetic"``.
+        dtype: ``"fp32"`` or ``"bf16"``, for target and draft logits alike.
+        layout: ``"flat"`` (``[D, V]`` drafts) or ``"slotted"`` (``[B, n, V]`` read through a
+            permuted ``draft_slot``).
+        temperature: the temperature of every request; ``0`` is greedy.
+        batch: ``B``, the number of requests.
+        num_drafts: ``n``, drafts per request (every request has the same count).
+        vocab: ``V``.
+    """
+
+    method: str
+    dtype: str
+    layout: str
+    temperature: float
+    batch: int
+    num_drafts: int
+    vocab: int
+
+    @property
+    def id(self) -> str:
+        """A stable test id such as ``probabilistic-fp32-flat-T1-B64-n4-V128256``."""
+        return (
+            f"{self.method}-{self.dtype}-{self.layout}-T{self.temperature:g}"
+            f"-B{self.batch}-n{self.num_drafts}-V{self.vocab}"
+        )
+
+    @property
+    def element_size(self) -> int:
+        """Bytes per logit."""
+        return torch.empty(0, dtype=TORCH_DTYPES[self.dtype]).element_size()
+
+    @property
+    def needs_draft_logits(self) -> bool:
+        """Whether the law depends on the draft logits: probabilistic sampling at ``T > 0``."""
+        return self.method == "probabilistic" and self.temperature > 0
+
+    @property
+    def logit_bytes(self) -> int:
+        """Bytes of the logits the law depends on: every target row, and the draft rows when needed."""
+        rows = self.batch * (self.num_drafts + 1)
+        if self.needs_draft_logits:
+            rows += self.batch * self.num_drafts
+        return rows * self.vocab * self.element_size
+
+
+def min_bytes(case: Case) -> int:
+    """The fewest bytes one call must move: the logits it needs, the small inputs, the outputs.
+
+    Small inputs: ``draft_token_ids`` (int64), ``cu_num_drafts`` (int32), ``temperature`` (fp32),
+    ``seed`` and ``step`` (int64), ``draft_slot`` (int64) when slotted, ``synthetic_rates`` (fp64)
+    when synthetic. Outputs: ``token_ids`` (int64) and ``logprobs`` (fp32) ``[B, n + 1]``,
+    ``num_emitted`` (int32) ``[B]``.
+    """
+    b, n = case.batch, case.num_drafts
+    small = 8 * b * n + 4 * (b + 1) + 4 * b + 8 * b + 8 * b
+    if case.layout == "slotted":
+        small += 8 * b
+    if case.method == "synthetic":
+        small += 8 * n
+    outputs = 8 * b * (n + 1) + 4 * b * (n + 1) + 4 * b
+    return case.logit_bytes + small + outputs
+
+
+def _gate_cases() -> tuple[Case, ...]:
+    base = Case("probabilistic", "fp32", "flat", 1.0, 64, 4, 128256)
+    return (
+        # Issue 6 targets: 1.25x the floor here, 1.3x at B >= 64, 1.35x with bf16 drafts, 20 us at
+        # B = 1, greedy and strict no slower than probabilistic at the same shape.
+        base,
+        Case("probabilistic", "bf16", "flat", 1.0, 64, 4, 128256),
+        Case("probabilistic", "fp32", "flat", 1.0, 1, 4, 128256),
+        Case("probabilistic", "fp32", "flat", 1.0, 256, 4, 128256),
+        Case("probabilistic", "fp32", "flat", 0.0, 64, 4, 128256),
+        Case("strict", "fp32", "flat", 1.0, 64, 4, 128256),
+        Case("synthetic", "fp32", "flat", 1.0, 64, 4, 128256),
+        Case("probabilistic", "fp32", "slotted", 1.0, 64, 4, 128256),
+        # The ends of the vocabulary and draft axes, and the odd split layout of V = 151936.
+        Case("probabilistic", "fp32", "flat", 1.0, 64, 1, 32000),
+        Case("probabilistic", "fp32", "flat", 1.0, 16, 8, 262144),
+        Case("probabilistic", "bf16", "slotted", 1.0, 256, 8, 151936),
+        Case("strict", "bf16", "slotted", 0.0, 16, 1, 151936),
+    )
+
+
+GATE_CASES = _gate_cases()
+# The host-latency target: B = 1, n = 4, V = 128256, measured from Python as a user calls it.
+CALL_LATENCY_CASE = Case("probabilistic", "fp32", "flat", 1.0, 1, 4, 128256)
+
+
+def full_grid() -> tuple[Case, ...]:
+    """Every case of DESIGN.md's grid: 4 batches x 3 draft counts x 4 vocabs x 2 dtypes x 2 layouts
+    x 2 temperatures x 3 methods (1152 cases), ordered so cases sharing logits run together."""
+    return tuple(
+        Case(method, dtype, layout, temperature, batch, num_drafts, vocab)
+        for dtype, batch, num_drafts, vocab, layout, temperature, method in itertools.product(
+            DTYPES, BATCH_SIZES, NUM_DRAFTS, VOCAB_SIZES, LAYOUTS, TEMPERATURES, METHODS
+        )
+    )
+
+
+def _smoke_cases() -> tuple[Case, ...]:
+    # Every method, dtype, layout and temperature, at a vocabulary of two 4096-token tiles so the
+    # split combine runs, and two requests so the per-request offsets matter.
+    return tuple(
+        Case(method, dtype, layout, temperature, 2, 2, 5000)
+        for method, dtype, layout, temperature in itertools.product(METHODS, DTYPES, LAYOUTS, TEMPERATURES)
+    )
+
+
+SMOKE_CASES = _smoke_cases()
+
+
+def make_inputs(case: Case, device: torch.device | str, seed: int = 0) -> SpecBatch:
+    """A `SpecBatch` for ``case`` built directly on ``device``.
+
+    Target logits are Gaussian; draft logits are the target rows of the draft positions plus Gaussian
+    noise; each draft token is its draft row's argmax. Slotted drafts live in a ``[B, n, V]`` buffer
+    whose slots are a random permutation of the requests, so the sampler must read through
+    ``draft_slot``. Every request shares the case's method, temperature and draft count; seeds
+    differ. Cases that differ only in method or temperature can share the logits via `specialise`.
+    """
+    device = torch.device(device)
+    generator = torch.Generator(device=device).manual_seed(seed)
+    b, n, v = case.batch, case.num_drafts, case.vocab
+    dtype = TORCH_DTYPES[case.dtype]
+    target = torch.randn(b, n + 1, v, device=device, generator=generator).mul_(LOGIT_SCALE)
+    draft = (
+        target[:, :n]
+        .clone()
+        .add_(torch.randn(b, n, v, device=device, generator=generator), alpha=DRAFT_NOISE)
+    )
+    draft_ids = draft.argmax(dim=-1).reshape(-1)
+    draft_slot = None
+    if case.layout == "slotted":
+        draft_slot = torch.randperm(b, device=device, generator=generator)
+        buffer = torch.empty_like(draft)
+        buffer[draft_slot] = draft
+        draft_logits = buffer.to(dtype)
+    else:
+        draft_logits = draft.reshape(b * n, v).to(dtype)
+    del draft
+    batch = SpecBatch(
+        target_logits=target.reshape(b * (n + 1), v).to(dtype),
+        draft_logits=draft_logits,
+        draft_token_ids=draft_ids,
+        cu_num_drafts=torch.arange(0, b * n + 1, n, dtype=torch.int32, device=device),
+        temperature=torch.ones(b, dtype=torch.float32, device=device),
+        seed=torch.arange(seed * b, (seed + 1) * b, dtype=torch.int64, device=device),
+        step=torch.zeros(b, dtype=torch.int64, device=device),
+        draft_slot=draft_slot,
+        max_num_drafts=n,
+    )
+    batch = specialise(batch, case)
+    batch.validate(check_values=False)
+    return batch
+
+
+def specialise(batch: SpecBatch, case: Case) -> SpecBatch:
+    """``batch`` with the method, temperature and synthetic rates of ``case``, sharing its logits."""
+    rates = None
+    if case.method == "synthetic":
+        rates = torch.full((case.num_drafts,), SYNTHETIC_RATE, dtype=torch.float64, device=batch.device)
+    return dataclasses.replace(
+        batch,
+        method=case.method,  # type: ignore[arg-type]
+        temperature=torch.full_like(batch.temperature, case.temperature),
+        synthetic_rates=rates,
+    )

@@ -1,0 +1,379 @@
+"""Read pytest-benchmark JSON files: the RESULTS.md table, the issue-6 targets, the run-to-run spread,
+a comparison with a baseline, and the roofline plot.
+
+    python3 -m benchmarks.report results RUN.json [MORE.json ...] [--markdown OUT.md] [--plot OUT.png]
+    python3 -m benchmarks.report spread RUN1.json RUN2.json [RUN3.json ...]
+    python3 -m benchmarks.report compare BASELINE.json RUN.json [--margin PERCENT]
+
+``results`` pairs each case's ``triton`` record with its ``torch`` record (same inputs, same run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+OURS = "triton"
+PYTORCH = "torch"
+CASE_FIELDS = ("method", "dtype", "layout", "temperature", "batch", "num_drafts", "vocab")
+
+
+@dataclass(frozen=True)
+class Record:
+    """One benchmark of one run.
+
+    Attributes:
+        fullname: the pytest node id, the key pytest-benchmark compares by.
+        test: ``test_gpu_time`` or ``test_call_latency``.
+        median_s: the median time per call, in seconds.
+        rounds: the number of timed rounds.
+        iqr_s: the interquartile range of the rounds, in seconds.
+        info: the record's ``extra_info`` (case fields, bytes, floor, ...).
+    """
+
+    fullname: str
+    test: str
+    median_s: float
+    rounds: int
+    iqr_s: float
+    info: dict[str, Any]
+
+    @property
+    def variant(self) -> str:
+        """The variant's registry name."""
+        return str(self.info.get("variant", ""))
+
+    @property
+    def case_key(self) -> tuple[Any, ...]:
+        """The case's parameters, which pair a variant's record with another's."""
+        return (self.test, *(self.info.get(name) for name in CASE_FIELDS))
+
+
+@dataclass(frozen=True)
+class Run:
+    """One pytest-benchmark JSON file: its records, machine information and measured ceilings."""
+
+    path: str
+    records: list[Record]
+    machine_info: dict[str, Any]
+    ceilings: dict[str, float] | None
+
+
+def load_run(path: str | Path) -> Run:
+    """Parse a pytest-benchmark JSON file written with ``--benchmark-json``."""
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    records = [
+        Record(
+            fullname=bench["fullname"],
+            test=bench["name"].split("[", 1)[0],
+            median_s=float(bench["stats"]["median"]),
+            rounds=int(bench["stats"]["rounds"]),
+            iqr_s=float(bench["stats"]["iqr"]),
+            info=dict(bench.get("extra_info") or {}),
+        )
+        for bench in data.get("benchmarks", [])
+    ]
+    return Run(str(path), records, data.get("machine_info", {}), data.get("ceilings"))
+
+
+def _us(seconds: float | None) -> str:
+    return "" if seconds is None else f"{seconds * 1e6:.1f}"
+
+
+def _paired(records: Iterable[Record]) -> dict[tuple[Any, ...], dict[str, Record]]:
+    pairs: dict[tuple[Any, ...], dict[str, Record]] = {}
+    for record in records:
+        pairs.setdefault(record.case_key, {})[record.variant] = record
+    return pairs
+
+
+def results_table(records: Sequence[Record]) -> str:
+    """The Markdown table of GPU times: shape, ours, floor, ratio, achieved bandwidth, PyTorch."""
+    lines = [
+        "| method | dtype | drafts | T | B | n | V | ours (us) | floor (us) | ratio | GB/s | torch (us) "
+        "| torch / ours |",
+        "|---|---|---|---|---|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for variants in _paired(r for r in records if r.test == "test_gpu_time").values():
+        ours = variants.get(OURS)
+        torch_record = variants.get(PYTORCH)
+        reference = ours or torch_record
+        if reference is None:
+            continue
+        info = reference.info
+        ratio = f"{ours.info['floor_ratio']:.2f}" if ours and "floor_ratio" in ours.info else ""
+        bandwidth = f"{ours.info['achieved_GBps']:.0f}" if ours and "achieved_GBps" in ours.info else ""
+        speedup = f"{torch_record.median_s / ours.median_s:.1f}x" if ours and torch_record else ""
+        lines.append(
+            f"| {info['method']} | {info['dtype']} | {info['layout']} | {info['temperature']:g} "
+            f"| {info['batch']} | {info['num_drafts']} | {info['vocab']} "
+            f"| {_us(ours.median_s if ours else None)} | {info.get('floor_us', 0):.1f} | {ratio} "
+            f"| {bandwidth} | {_us(torch_record.median_s if torch_record else None)} | {speedup} |"
+        )
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class TargetResult:
+    """One issue-6 target: what it asks, what was measured, and whether it holds."""
+
+    target: str
+    measured: str
+    met: bool
+
+
+def _ours(records: Sequence[Record], test: str = "test_gpu_time") -> list[Record]:
+    return [r for r in records if r.variant == OURS and r.test == test and "floor_ratio" in r.info]
+
+
+def _find(records: Sequence[Record], **fields: Any) -> Record | None:
+    for record in records:
+        if all(record.info.get(name) == value for name, value in fields.items()):
+            return record
+    return None
+
+
+def check_targets(records: Sequence[Record]) -> list[TargetResult]:
+    """Evaluate the targets of issue 6 on the records present (a target with no record is left out)."""
+    ours = _ours(records)
+    results = []
+    headline = _find(
+        ours, method="probabilistic", dtype="fp32", layout="flat", temperature=1.0, batch=64, num_drafts=4,
+        vocab=128256,
+    )  # fmt: skip
+    if headline:
+        ratio = headline.info["floor_ratio"]
+        results.append(
+            TargetResult(
+                "probabilistic B=64 n=4 V=128256 fp32: <= 1.25x the floor",
+                f"{ratio:.2f}x ({_us(headline.median_s)} us, floor {headline.info['floor_us']:.1f} us)",
+                ratio <= 1.25,
+            )
+        )
+    for dtype, limit in (("fp32", 1.3), ("bf16", 1.35)):
+        large = [r for r in ours if r.info["batch"] >= 64 and r.info["dtype"] == dtype]
+        if large:
+            worst = max(large, key=lambda r: r.info["floor_ratio"])
+            over = sum(r.info["floor_ratio"] > limit for r in large)
+            results.append(
+                TargetResult(
+                    f"B >= 64, {dtype}: <= {limit}x the floor everywhere",
+                    f"worst {worst.info['floor_ratio']:.2f}x at {_case_label(worst)}; "
+                    f"{over} of {len(large)} cases over",
+                    over == 0,
+                )
+            )
+    call = [r for r in records if r.test == "test_call_latency" and r.variant == OURS]
+    if call:
+        latency = call[0].median_s
+        results.append(
+            TargetResult(
+                "B=1 n=4 V=128256: <= 20 us per call from Python", f"{_us(latency)} us", latency <= 20e-6
+            )
+        )
+    slower = []
+    compared = 0
+    for record in ours:
+        method, temperature = record.info["method"], record.info["temperature"]
+        if not (method == "strict" or (method == "probabilistic" and temperature == 0)):
+            continue
+        fields = {name: record.info[name] for name in CASE_FIELDS if name not in ("method", "temperature")}
+        probabilistic = _find(ours, method="probabilistic", temperature=1.0, **fields)
+        if probabilistic is None:
+            continue
+        compared += 1
+        # Within 2 % counts as equal: the run-to-run spread of one median is about that size.
+        if record.median_s > 1.02 * probabilistic.median_s:
+            slower.append(f"{_case_label(record)} {record.median_s / probabilistic.median_s:.2f}x")
+    if compared:
+        results.append(
+            TargetResult(
+                "greedy and strict never slower than probabilistic at the same shape",
+                f"{len(slower)} of {compared} slower" + (f": {'; '.join(slower[:6])}" if slower else ""),
+                not slower,
+            )
+        )
+    return results
+
+
+def _case_label(record: Record) -> str:
+    info = record.info
+    return (
+        f"{info['method']} {info['dtype']} {info['layout']} T={info['temperature']:g} "
+        f"B={info['batch']} n={info['num_drafts']} V={info['vocab']}"
+    )
+
+
+def targets_table(results: Sequence[TargetResult]) -> str:
+    """The targets as a Markdown table."""
+    lines = ["| target | measured | met |", "|---|---|---|"]
+    lines += [f"| {r.target} | {r.measured} | {'yes' if r.met else 'no'} |" for r in results]
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Spread:
+    """The run-to-run spread of one benchmark's median: ``max / min - 1`` over the runs."""
+
+    fullname: str
+    medians_s: tuple[float, ...]
+
+    @property
+    def relative(self) -> float:
+        """``max(median) / min(median) - 1``."""
+        return max(self.medians_s) / min(self.medians_s) - 1
+
+
+def run_spread(runs: Sequence[Run]) -> list[Spread]:
+    """Per benchmark present in every run, the spread of its median, largest first."""
+    medians: dict[str, list[float]] = {}
+    for run in runs:
+        for record in run.records:
+            medians.setdefault(record.fullname, []).append(record.median_s)
+    spreads = [Spread(name, tuple(values)) for name, values in medians.items() if len(values) == len(runs)]
+    return sorted(spreads, key=lambda s: s.relative, reverse=True)
+
+
+def suggested_margin(spreads: Sequence[Spread]) -> int:
+    """Twice the largest observed spread, in whole percent, and at least 5 %."""
+    largest = max((s.relative for s in spreads), default=0.0)
+    return max(5, math.ceil(200 * largest))
+
+
+@dataclass(frozen=True)
+class Change:
+    """One benchmark's median now against the baseline."""
+
+    fullname: str
+    baseline_s: float
+    now_s: float
+
+    @property
+    def relative(self) -> float:
+        """``now / baseline - 1``."""
+        return self.now_s / self.baseline_s - 1
+
+
+def compare(baseline: Run, now: Run) -> list[Change]:
+    """Every benchmark of ``now`` that the baseline also has, largest slowdown first."""
+    base = {r.fullname: r.median_s for r in baseline.records}
+    changes = [Change(r.fullname, base[r.fullname], r.median_s) for r in now.records if r.fullname in base]
+    return sorted(changes, key=lambda c: c.relative, reverse=True)
+
+
+def plot_roofline(runs: Sequence[Run], path: str | Path) -> None:
+    """Achieved bandwidth of every GPU-time record against its bytes, under the measured ceilings."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = [r for run in runs for r in run.records if r.test == "test_gpu_time" and "bytes" in r.info]
+    ceilings = next((run.ceilings for run in runs if run.ceilings), None)
+    gpu = next(((run.machine_info.get("gpu") or {}).get("name") for run in runs), None)
+    figure, axes = plt.subplots(figsize=(9, 6), dpi=120)
+    styles = {
+        (OURS, "fp32"): ("tab:blue", "o"),
+        (OURS, "bf16"): ("tab:cyan", "s"),
+        (PYTORCH, "fp32"): ("tab:red", "o"),
+        (PYTORCH, "bf16"): ("tab:orange", "s"),
+    }
+    for (variant, dtype), (color, marker) in styles.items():
+        chosen = [r for r in records if r.variant == variant and r.info["dtype"] == dtype]
+        if chosen:
+            axes.scatter(
+                [r.info["bytes"] for r in chosen],
+                [r.info["bytes"] / r.median_s / 1e9 for r in chosen],
+                s=14,
+                c=color,
+                marker=marker,
+                alpha=0.7,
+                label=f"{variant} {dtype} ({len(chosen)})",
+            )
+    if ceilings:
+        axes.axhline(ceilings["copy_bytes_per_s"] / 1e9, color="k", label="copy ceiling (read + written)")
+        axes.axhline(ceilings["read_bytes_per_s"] / 1e9, color="k", ls="--", label="read-only ceiling")
+    axes.set_xscale("log")
+    axes.set_yscale("log")
+    axes.set_xlabel("bytes that must move per call")
+    axes.set_ylabel("achieved bandwidth (GB/s) = bytes / median GPU time")
+    axes.set_title(f"Rejection sampler against the memory ceiling ({gpu or 'GPU'})")
+    axes.grid(True, which="both", alpha=0.3)
+    axes.legend(loc="lower right", fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
+
+
+def _results(args: argparse.Namespace) -> int:
+    runs = [load_run(path) for path in args.runs]
+    records = [r for run in runs for r in run.records]
+    text = "\n\n".join([targets_table(check_targets(records)), results_table(records)])
+    if args.markdown:
+        Path(args.markdown).write_text(text + "\n", encoding="utf-8")
+    print(text)
+    if args.plot:
+        plot_roofline(runs, args.plot)
+    return 0
+
+
+def _spread(args: argparse.Namespace) -> int:
+    spreads = run_spread([load_run(path) for path in args.runs])
+    relative = [s.relative for s in spreads]
+    for spread in spreads[: args.top]:
+        medians = ", ".join(_us(m) for m in spread.medians_s)
+        print(f"{100 * spread.relative:6.2f} %  {spread.fullname}  [{medians}] us")
+    if relative:
+        print(
+            f"{len(spreads)} benchmarks; spread of the median: max {100 * max(relative):.2f} %, "
+            f"median {100 * statistics.median(relative):.2f} %; suggested margin "
+            f"{suggested_margin(spreads)} %"
+        )
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    changes = compare(load_run(args.baseline), load_run(args.run))
+    regressed = [c for c in changes if 100 * c.relative > args.margin]
+    for change in changes[: args.top]:
+        flag = "REGRESSED" if change in regressed else "ok"
+        print(
+            f"{flag:9} {100 * change.relative:+7.1f} %  {_us(change.baseline_s):>9} -> "
+            f"{_us(change.now_s):>9} us  {change.fullname}"
+        )
+    print(f"{len(regressed)} of {len(changes)} benchmarks regressed past {args.margin} %")
+    return 1 if regressed else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command line; see the module docstring."""
+    parser = argparse.ArgumentParser(prog="python3 -m benchmarks.report", description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    results = commands.add_parser("results", help="targets and the results table (Markdown), roofline PNG")
+    results.add_argument("runs", nargs="+")
+    results.add_argument("--markdown")
+    results.add_argument("--plot")
+    results.set_defaults(handler=_results)
+    spread = commands.add_parser("spread", help="run-to-run spread of each median across runs")
+    spread.add_argument("runs", nargs="+")
+    spread.add_argument("--top", type=int, default=15)
+    spread.set_defaults(handler=_spread)
+    comparison = commands.add_parser("compare", help="each median against a baseline")
+    comparison.add_argument("baseline")
+    comparison.add_argument("run")
+    comparison.add_argument("--margin", type=float, default=10.0)
+    comparison.add_argument("--top", type=int, default=1000)
+    comparison.set_defaults(handler=_compare)
+    args = parser.parse_args(argv)
+    return int(args.handler(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""State the benchmarks of one pytest session share: device, ceilings, timer, inputs and variants."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+import torch
+
+import kernels.registry
+from benchmarks.grid import Case, make_inputs, specialise
+from benchmarks.planted import with_planted_slowdown
+from benchmarks.timing import Ceilings, ColdCallTimer, measure_ceilings
+from reference.contract import SpecBatch, Variant
+
+
+@dataclasses.dataclass
+class BenchSession:
+    """What the benchmarks of one session share: device, ceilings, timer, inputs and variants.
+
+    Inputs for one ``(dtype, batch, drafts, vocab, layout)`` are built once and kept until a case
+    needs other logits, so the variants of a case, and the methods and temperatures that share its
+    logits, run on the same tensors.
+    """
+
+    device: torch.device
+    grid: str
+    _ceilings: Ceilings | None = None
+    _timer: ColdCallTimer | None = None
+    _inputs_key: tuple[Any, ...] | None = None
+    _inputs: SpecBatch | None = None
+    _variants: dict[str, Variant] = dataclasses.field(default_factory=dict)
+
+    @property
+    def ceilings(self) -> Ceilings:
+        """The copy and read bandwidths of this GPU, measured on first use."""
+        if self._ceilings is None:
+            self._ceilings = measure_ceilings(self.device)
+        return self._ceilings
+
+    @property
+    def measured_ceilings(self) -> Ceilings | None:
+        """The ceilings if a benchmark has measured them, else ``None`` (never measures)."""
+        return self._ceilings
+
+    @property
+    def timer(self) -> ColdCallTimer:
+        """The cold-L2 call timer (it holds the flush buffer)."""
+        if self._timer is None:
+            self._timer = ColdCallTimer(self.device)
+        return self._timer
+
+    def variant(self, name: str) -> Variant:
+        """The registered variant ``name`` (with the planted slowdown if asked for), or a skip."""
+        if name not in self._variants:
+            if name not in kernels.registry.names():
+                pytest.skip(f"variant {name!r} is not registered (registered: {kernels.registry.names()})")
+            self._variants[name] = with_planted_slowdown(name, kernels.registry.get(name))
+        return self._variants[name]
+
+    def inputs(self, case: Case) -> SpecBatch:
+        """The batch of ``case``, sharing logits with the previous case when they agree."""
+        key = (case.dtype, case.batch, case.num_drafts, case.vocab, case.layout)
+        if key != self._inputs_key or self._inputs is None:
+            self._inputs = None
+            self._inputs = make_inputs(case, self.device)
+            self._inputs_key = key
+        return specialise(self._inputs, case)

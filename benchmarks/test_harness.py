@@ -1,0 +1,129 @@
+"""The benchmark harness itself: byte accounting, inputs, the planted slowdown, the gate's decisions."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from benchmarks import report
+from benchmarks.gate import baseline_path
+from benchmarks.grid import GATE_CASES, SMOKE_CASES, Case, full_grid, make_inputs, min_bytes
+from benchmarks.planted import EXTRA_PASS_ENV, ExtraLogitPass, with_planted_slowdown
+from benchmarks.timing import rounds_for
+from reference.sampler import ReferenceSampler
+
+HEADLINE = Case("probabilistic", "fp32", "flat", 1.0, 64, 4, 128256)
+
+
+def test_headline_bytes_are_every_target_and_draft_logit_once() -> None:
+    """B=64, n=4, V=128256 fp32 must read 64 x (5 + 4) rows of 128256 fp32 logits, plus small tensors."""
+    logits = 64 * (5 + 4) * 128256 * 4
+    assert HEADLINE.logit_bytes == logits
+    assert logits < min_bytes(HEADLINE) < logits + 16 * 1024
+
+
+def test_draft_logits_count_only_where_the_law_needs_them() -> None:
+    """Greedy, strict and synthetic cases need only the target logits."""
+    for method, temperature in (("probabilistic", 0.0), ("strict", 1.0), ("synthetic", 1.0)):
+        case = Case(method, "bf16", "flat", temperature, 16, 8, 32000)
+        assert case.logit_bytes == 16 * 9 * 32000 * 2
+
+
+def test_grids_cover_the_design() -> None:
+    """The full grid is DESIGN.md's cross product, and the gate and smoke cases are distinct cases."""
+    full = full_grid()
+    assert len({c.id for c in full}) == len(full) == 4 * 3 * 4 * 2 * 2 * 2 * 3
+    assert set(GATE_CASES) <= set(full)
+    assert len(set(SMOKE_CASES)) == len(SMOKE_CASES) == 3 * 2 * 2 * 2
+
+
+def test_slotted_inputs_read_through_the_slots() -> None:
+    """Slot ``draft_slot[b]`` of a slotted batch holds request b's rows of the flat batch."""
+    flat = make_inputs(Case("probabilistic", "fp32", "flat", 1.0, 3, 2, 64), "cpu", seed=5)
+    slotted = make_inputs(Case("probabilistic", "fp32", "slotted", 1.0, 3, 2, 64), "cpu", seed=5)
+    slotted.validate()
+    assert slotted.draft_logits is not None and slotted.draft_slot is not None
+    assert flat.draft_logits is not None
+    for b in range(3):
+        rows = flat.draft_logits[2 * b : 2 * b + 2]
+        assert torch.equal(slotted.draft_logits[int(slotted.draft_slot[b])], rows)
+
+
+def test_planted_slowdown_keeps_the_outputs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The planted extra pass changes only the time: outputs equal the wrapped variant's."""
+    monkeypatch.setenv(EXTRA_PASS_ENV, "torch, triton")
+    sampler = ReferenceSampler()
+    slowed = with_planted_slowdown("triton", sampler)
+    assert isinstance(slowed, ExtraLogitPass)
+    assert with_planted_slowdown("other", sampler) is sampler
+    batch = make_inputs(SMOKE_CASES[0], "cpu")
+    expected, got = sampler(batch), slowed(batch)
+    assert torch.equal(expected.token_ids, got.token_ids)
+    assert torch.equal(expected.num_emitted, got.num_emitted)
+
+
+def test_baselines_are_named_after_the_gpu() -> None:
+    """A GPU name maps to one file name of letters, digits, dots, dashes and underscores."""
+    assert baseline_path("NVIDIA H100 80GB HBM3").name == "NVIDIA_H100_80GB_HBM3.json"
+    assert baseline_path("NVIDIA H200").name == "NVIDIA_H200.json"
+
+
+def test_rounds_fit_the_budget() -> None:
+    """Fast calls get the most rounds, slow ones the fewest."""
+    assert rounds_for("gate", 1e-6) == 200
+    assert rounds_for("gate", 0.1) == 20
+    assert rounds_for("full", 0.1) == 3
+
+
+def _write_run(path: Path, medians: dict[str, float], variant: str = "triton") -> Path:
+    benchmarks = []
+    for name, median in medians.items():
+        info = {"variant": variant, "method": "probabilistic", "dtype": "fp32", "layout": "flat"}
+        info |= {"temperature": 1.0, "batch": 64, "num_drafts": 4, "vocab": 128256}
+        info |= {"bytes": 295_526_400, "floor_us": 70.0, "floor_ratio": median / 70e-6}
+        info |= {"achieved_GBps": 295_526_400 / median / 1e9}
+        benchmarks.append(
+            {
+                "name": f"test_gpu_time[{name}]",
+                "fullname": f"benchmarks/test_latency.py::test_gpu_time[{name}]",
+                "stats": {"median": median, "rounds": 20, "iqr": median / 100},
+                "extra_info": info,
+            }
+        )
+    path.write_text(json.dumps({"benchmarks": benchmarks, "machine_info": {}}), encoding="utf-8")
+    return path
+
+
+def test_compare_flags_only_regressions_past_the_margin(tmp_path: Path) -> None:
+    """A median 20 % slower fails a 10 % margin; one 5 % slower passes it."""
+    baseline = _write_run(tmp_path / "base.json", {"a": 100e-6, "b": 100e-6})
+    now = _write_run(tmp_path / "now.json", {"a": 120e-6, "b": 105e-6})
+    changes = {
+        c.fullname.split("[")[1].rstrip("]"): c.relative
+        for c in report.compare(*map(report.load_run, (baseline, now)))
+    }
+    assert changes == pytest.approx({"a": 0.2, "b": 0.05})
+    assert report.main(["compare", str(baseline), str(now), "--margin", "10"]) == 1
+    assert report.main(["compare", str(baseline), str(now), "--margin", "25"]) == 0
+
+
+def test_spread_and_margin(tmp_path: Path) -> None:
+    """The suggested margin is twice the largest spread of a median, at least 5 %."""
+    runs = [
+        report.load_run(_write_run(tmp_path / f"{i}.json", {"a": a, "b": 50e-6}))
+        for i, a in enumerate((100e-6, 104e-6))
+    ]
+    spreads = report.run_spread(runs)
+    assert spreads[0].relative == pytest.approx(0.04)
+    assert report.suggested_margin(spreads) == 8
+
+
+def test_targets_read_the_headline_case(tmp_path: Path) -> None:
+    """The 1.25x target holds at 80 us against a 70 us floor and fails at 100 us."""
+    for median, met in ((80e-6, True), (100e-6, False)):
+        run = report.load_run(_write_run(tmp_path / "run.json", {"x": median}))
+        headline = report.check_targets(run.records)[0]
+        assert headline.target.startswith("probabilistic B=64") and headline.met is met

@@ -1,0 +1,208 @@
+"""Timing GPU work under pytest-benchmark, and measuring the bandwidth ceilings that set the floor.
+
+Two measurements of a call:
+
+- **GPU time** (`ColdCallTimer` with `EventClock`): each round flushes the L2 by writing a buffer
+  several times its size, then times one call between two CUDA events. The flush keeps the GPU
+  busy while Python enqueues the call's launches, so the events see the kernels back to back and
+  not the host's launch overhead; it also evicts the inputs, so every round reads them from device
+  memory as a serving step would (the effect of rotating among input sets larger than the L2,
+  without the memory). pytest-benchmark reads `EventClock` before and after each round; the timed
+  call advances it by the event time, so the recorded duration is exactly the GPU time.
+- **Call latency** (`ColdCallTimer.synchronised_call` with the default ``perf_counter`` timer): a
+  flush and a synchronisation outside the timed region, then the call and a synchronisation inside
+  it: the time a user waits from Python for a result.
+
+`measure_ceilings` times a large device-to-device copy and a large read-only reduction once per
+session; the floor of a benchmark is its bytes over the copy bandwidth (see `Ceilings`).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import triton
+
+# The flush writes max(FLUSH_MIN_BYTES, FLUSH_L2_MULTIPLE x L2) bytes: at 512 MiB it keeps an H100
+# or H200 busy for about 0.15 ms, longer than the host needs to enqueue one sampler call.
+FLUSH_MIN_BYTES = 512 << 20
+FLUSH_L2_MULTIPLE = 8
+CEILING_BYTES = 2 << 30
+CEILING_REPEATS = 30
+# Rounds per benchmark: enough for a stable median within a time budget per benchmark. The gate
+# spends more per benchmark than the full grid, whose 1152 cases must fit in minutes.
+ROUND_BUDGET_SECONDS = {"gate": 0.3, "full": 0.03, "smoke": 0.0}
+MIN_ROUNDS = {"gate": 20, "full": 3, "smoke": 1}
+MAX_ROUNDS = {"gate": 200, "full": 20, "smoke": 1}
+# Host work between timed rounds (flush, synchronisation, Python), for the round estimate.
+ROUND_OVERHEAD_SECONDS = 3e-4
+
+
+def rounds_for(grid: str, estimate_seconds: float) -> int:
+    """Rounds that fit the grid's time budget, clamped to its minimum and maximum."""
+    wanted = math.ceil(ROUND_BUDGET_SECONDS[grid] / (estimate_seconds + ROUND_OVERHEAD_SECONDS))
+    return max(MIN_ROUNDS[grid], min(MAX_ROUNDS[grid], wanted))
+
+
+class EventClock:
+    """A pytest-benchmark timer that reads the summed CUDA-event time of the calls timed so far.
+
+    Pass it as ``@pytest.mark.benchmark(timer=EVENT_CLOCK)``; only `ColdCallTimer.timed_call`
+    advances it, so host work between rounds (the flush, Python) never counts.
+    """
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def __call__(self) -> float:
+        """The clock's reading in seconds."""
+        return self.seconds
+
+    def __repr__(self) -> str:
+        return "EventClock(CUDA events around each call, L2 flushed before it)"
+
+
+EVENT_CLOCK = EventClock()
+
+
+class ColdCallTimer:
+    """Times single calls on a CUDA device with a cold L2.
+
+    Args:
+        device: the CUDA device.
+        clock: the clock `timed_call` advances.
+    """
+
+    def __init__(self, device: torch.device, clock: EventClock = EVENT_CLOCK) -> None:
+        l2_bytes = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0))
+        flush_bytes = max(FLUSH_MIN_BYTES, FLUSH_L2_MULTIPLE * l2_bytes)
+        self.flush_buffer = torch.empty(flush_bytes // 4, dtype=torch.int32, device=device)
+        self.clock = clock
+        self.start = torch.cuda.Event(enable_timing=True)
+        self.end = torch.cuda.Event(enable_timing=True)
+        self.dispatch_seconds: list[float] = []
+
+    def flush(self) -> None:
+        """Evict the L2 by overwriting the flush buffer (enqueued, not waited for)."""
+        self.flush_buffer.zero_()
+
+    def flush_and_wait(self) -> None:
+        """Evict the L2 and wait until the device is idle."""
+        self.flush()
+        torch.cuda.synchronize()
+
+    def timed_call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run ``fn(*args)`` between two events, wait, and advance the clock by the GPU time.
+
+        Also records the host time to enqueue the call in `dispatch_seconds`: if it approaches the
+        flush time, launches were on the critical path and the event time includes host overhead.
+        """
+        self.start.record()
+        begin = time.perf_counter()
+        result = fn(*args)
+        self.dispatch_seconds.append(time.perf_counter() - begin)
+        self.end.record()
+        self.end.synchronize()
+        self.clock.seconds += self.start.elapsed_time(self.end) / 1e3
+        return result
+
+    def gpu_seconds(self, fn: Callable[..., Any], *args: Any) -> float:
+        """The GPU time of one cold call of ``fn(*args)`` in seconds, outside pytest-benchmark."""
+        self.flush()
+        before = self.clock.seconds
+        self.timed_call(fn, *args)
+        return self.clock.seconds - before
+
+    def flush_seconds(self, repeats: int = 10) -> float:
+        """The median GPU time of one flush, in seconds."""
+        times = []
+        for _ in range(repeats):
+            self.start.record()
+            self.flush()
+            self.end.record()
+            self.end.synchronize()
+            times.append(self.start.elapsed_time(self.end) / 1e3)
+        return statistics.median(times)
+
+    @staticmethod
+    def synchronised_call(fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` followed by a device synchronisation: what a user waiting on the result pays."""
+        result = fn(*args)
+        torch.cuda.synchronize()
+        return result
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    """The device-memory ceilings measured on this GPU in this run.
+
+    Attributes:
+        copy_bytes_per_s: a device-to-device copy's bytes read plus bytes written, per second. The
+            floor of a benchmark is its bytes over this rate: the same convention as the figures of
+            issue 6, and the DRAM traffic rate a streaming kernel can count on.
+        read_bytes_per_s: a read-only reduction's bytes read per second: a second, usually
+            slightly higher ceiling for kernels that only read (reported, not used for the floor).
+    """
+
+    copy_bytes_per_s: float
+    read_bytes_per_s: float
+
+
+def _median_event_seconds(fn: Callable[[], Any], repeats: int) -> float:
+    fn()
+    torch.cuda.synchronize()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
+    for start, end in zip(starts, ends, strict=True):
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) / 1e3 for s, e in zip(starts, ends, strict=True))
+
+
+def measure_ceilings(device: torch.device, num_bytes: int = CEILING_BYTES) -> Ceilings:
+    """Time a ``num_bytes`` device-to-device copy and a ``num_bytes`` fp32 sum (medians of 30)."""
+    source = torch.randn(num_bytes // 4, device=device)
+    target = torch.empty_like(source)
+    copy_seconds = _median_event_seconds(lambda: target.copy_(source), CEILING_REPEATS)
+    read_seconds = _median_event_seconds(lambda: source.sum(), CEILING_REPEATS)
+    return Ceilings(copy_bytes_per_s=2 * num_bytes / copy_seconds, read_bytes_per_s=num_bytes / read_seconds)
+
+
+def gpu_description(device: torch.device) -> dict[str, Any]:
+    """The GPU's name, driver, memory, multiprocessors and L2, and the CUDA, torch and Triton versions."""
+    props = torch.cuda.get_device_properties(device)
+    return {
+        "name": props.name,
+        "driver": driver_version(),
+        "cuda_runtime": torch.version.cuda,
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "capability": f"{props.major}.{props.minor}",
+        "multiprocessors": props.multi_processor_count,
+        "memory_bytes": props.total_memory,
+        "l2_bytes": int(getattr(props, "L2_cache_size", 0)),
+    }
+
+
+def driver_version() -> str:
+    """The NVIDIA driver version as nvidia-smi reports it, or ``"unknown"``."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.stdout.strip().splitlines()[0] if out.stdout.strip() else "unknown"
