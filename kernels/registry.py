@@ -31,3 +31,20 @@ def get(name: str) -> Variant:
             f"name {name!r} is not a registered variant; registered: {', '.join(names()) or 'none'}"
         )
     return _FACTORIES[name]()
+
+
+def _triton_sampler() -> Variant:
+    from kernels.rejection import TritonRejectionSampler
+
+    return TritonRejectionSampler()
+
+
+def _torch_sampler() -> Variant:
+    from kernels.torch_sampler import TorchRejectionSampler
+
+    return TorchRejectionSampler()
+
+
+# The launcher modules import lazily, so importing the registry stays cheap and compiles nothing.
+register("triton", _triton_sampler)
+register("torch", _torch_sampler)

@@ -1,0 +1,198 @@
+"""The production rejection sampler: validates a `SpecBatch`, allocates, and launches the Triton kernels.
+
+One call runs `rejection_kernels.row_stats_kernel` (every target row, and the draft rows that the
+probabilistic test needs, read once), `decide_kernel` (acceptance decisions and the accepted
+prefix), and for probabilistic and synthetic batches `sample_kernel` and `emit_kernel` (Gumbel-max
+over the one final row of each request). No call reads anything back to the host, except
+``cu_num_drafts`` once when ``batch.max_num_drafts`` is not given.
+
+Behaviour on odd values (the launcher checks them only when asked, see `rejection_sample`):
+
+- NaN logits count as ``-inf``; a row with ``+inf`` logits is uniform over them; a row with no
+  finite logit is uniform over the vocabulary. Probabilities below ``2**-1075`` (zero in float64,
+  the specification's precision) count as zero.
+- A draft id outside ``[0, V)`` is a placeholder: rejected with certainty, and ``y ~ p``.
+- A temperature that is not ``> 0`` (zero, negative, NaN) makes the request greedy; temperatures
+  above ``1e30`` act as ``1e30``.
+- Draft counts from ``cu_num_drafts`` are clamped to ``[0, max_num_drafts]`` and a negative start
+  to 0; a target row, draft row or draft id that falls outside its tensor reads as no finite
+  logit (a placeholder for an id). A ``draft_slot`` outside ``[0, S)``, or a position at or past
+  the slot capacity ``K``, reads no draft logits: that draft row counts as having no finite logit,
+  so ``q`` is uniform. A synthetic position past the end of ``synthetic_rates`` has rate 0.
+
+Whatever the values, no kernel reads or writes out of bounds and every emitted id lies in ``[0, V)``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import triton
+
+from kernels import rejection_kernels as jit
+from reference.contract import SpecBatch, SpecOutput
+
+CHECK_VALUES_ENV = "SPECSAMPLE_CHECK_VALUES"
+METHOD_CODES = {"probabilistic": 0, "strict": 1, "synthetic": 2}
+MAX_BLOCK_V = 4096
+MAX_SPLITS = 32
+MAX_POS_BLOCK = 16
+
+
+@dataclass(frozen=True)
+class VocabLayout:
+    """How a row is cut into programs: ``num_splits`` splits of ``tiles_per_split`` tiles of ``block_v``.
+
+    The layout depends on ``V`` alone, so a request's statistics, and therefore its output, do not
+    depend on the batch it rides in.
+    """
+
+    block_v: int
+    tiles_per_split: int
+    num_splits: int
+
+    @property
+    def split_block(self) -> int:
+        """``num_splits`` rounded up to a power of two, the width of the combine blocks."""
+        return triton.next_power_of_2(self.num_splits)
+
+
+def vocab_layout(vocab_size: int) -> VocabLayout:
+    """Tiles of up to 4096 tokens, one to a split, at most 32 splits (more tiles per split beyond)."""
+    block_v = min(MAX_BLOCK_V, max(16, triton.next_power_of_2(vocab_size)))
+    num_tiles = triton.cdiv(vocab_size, block_v)
+    tiles_per_split = triton.cdiv(num_tiles, MAX_SPLITS)
+    return VocabLayout(block_v, tiles_per_split, triton.cdiv(num_tiles, tiles_per_split))
+
+
+def _num_warps(block_v: int) -> int:
+    return 8 if block_v >= 2048 else 4
+
+
+def _check_values_default(batch: SpecBatch) -> bool:
+    return batch.device.type == "cpu" or os.environ.get(CHECK_VALUES_ENV, "") not in ("", "0")
+
+
+def rejection_sample(batch: SpecBatch, *, check_values: bool | None = None) -> SpecOutput:
+    """Run the rejection sampler of ``batch.method`` on ``batch`` with the canonical random streams.
+
+    Args:
+        batch: the inputs; every tensor on one device (a CUDA GPU, or the CPU under
+            ``TRITON_INTERPRET=1``).
+        check_values: also run the value checks of `SpecBatch.validate`, which read tensors back to
+            the host. Default: on for CPU tensors or when ``SPECSAMPLE_CHECK_VALUES`` is set to a
+            value other than ``0``; off otherwise, so a GPU call never synchronises.
+
+    Returns:
+        The emitted tokens, their count and their target log-probabilities, on ``batch.device``.
+    """
+    if check_values is None:
+        check_values = _check_values_default(batch)
+    batch.validate(check_values=check_values)
+    num_requests, vocab_size = batch.num_requests, batch.vocab_size
+    max_num_drafts = batch.resolved_max_num_drafts()
+    width = max_num_drafts + 1
+    layout = vocab_layout(vocab_size)
+    num_splits = layout.num_splits
+    method = METHOD_CODES[batch.method]
+    device = batch.device
+    target = batch.target_logits
+    draft = batch.draft_logits
+    slotted = batch.slotted
+
+    num_records = num_requests * width * num_splits
+    target_max = torch.empty(num_records, dtype=torch.float32, device=device)
+    target_sum = torch.empty_like(target_max)
+    target_arg = torch.empty(num_records, dtype=torch.int32, device=device)
+    needs_draft = batch.method == "probabilistic" and draft is not None
+    draft_records = num_records if needs_draft else 1
+    draft_max = torch.empty(draft_records, dtype=torch.float32, device=device)
+    draft_sum = torch.empty_like(draft_max)
+    strict_records = num_records if batch.method == "strict" else 1
+    cand_logit = torch.empty(strict_records, dtype=torch.float32, device=device)
+    cand_gumbel = torch.empty_like(cand_logit)
+    cand_token = torch.empty(strict_records, dtype=torch.int32, device=device)
+    info_int = torch.empty(num_requests, jit.INFO_INTS.value, dtype=torch.int64, device=device)
+    info_float = torch.empty(num_requests, jit.INFO_FLOATS.value, dtype=torch.float32, device=device)
+    token_ids = torch.empty(num_requests, width, dtype=torch.int64, device=device)
+    logprobs = torch.empty(num_requests, width, dtype=torch.float32, device=device)
+    num_emitted = torch.empty(num_requests, dtype=torch.int32, device=device)
+
+    if draft is None:
+        draft_arg, num_draft_rows, slot_capacity, draft_stride, slot_stride = target, 0, 0, 0, 0
+    elif slotted:
+        draft_arg, num_draft_rows, slot_capacity = draft, draft.shape[0], draft.shape[1]
+        draft_stride, slot_stride = draft.stride(1), draft.stride(0)
+    else:
+        draft_arg, num_draft_rows, slot_capacity = draft, draft.shape[0], 0
+        draft_stride, slot_stride = draft.stride(0), 0
+    slot_arg = batch.draft_slot if batch.draft_slot is not None else batch.cu_num_drafts
+    rates = batch.synthetic_rates
+    rates_arg = rates if rates is not None and batch.method == "synthetic" else info_float
+    num_rates = rates.shape[0] if rates is not None and batch.method == "synthetic" else 0
+    num_draft_ids = batch.draft_token_ids.shape[0]
+    shared = dict(METHOD=method, HAS_DRAFT=draft is not None, SLOTTED=slotted)
+    num_warps = _num_warps(layout.block_v)
+
+    # The interpreter evaluates both sides of every tl.where with numpy, which warns on log(0) and
+    # inf - inf; the kernels define the result of every such lane.
+    quiet = np.errstate(all="ignore") if device.type == "cpu" else contextlib.nullcontext()
+    with quiet:
+        jit.row_stats_kernel[(num_requests, width, num_splits)](
+            target, draft_arg, batch.draft_token_ids, batch.cu_num_drafts, batch.temperature,
+            batch.seed, batch.step, slot_arg,
+            target_max, target_sum, target_arg, draft_max, draft_sum, cand_logit, cand_gumbel, cand_token,
+            target.shape[0], num_draft_ids, num_draft_rows, slot_capacity,
+            target.stride(0), draft_stride, slot_stride, vocab_size, max_num_drafts, num_splits,
+            TILES_PER_SPLIT=layout.tiles_per_split, BLOCK_V=layout.block_v, num_warps=num_warps, **shared,
+        )  # fmt: skip
+        jit.decide_kernel[(num_requests,)](
+            target, draft_arg, batch.draft_token_ids, batch.cu_num_drafts, batch.temperature,
+            batch.seed, batch.step, slot_arg, rates_arg,
+            target_max, target_sum, target_arg, draft_max, draft_sum, cand_logit, cand_gumbel, cand_token,
+            info_int, info_float, token_ids, logprobs, num_emitted,
+            target.shape[0], num_draft_ids, num_draft_rows, slot_capacity, num_rates,
+            target.stride(0), draft_stride, slot_stride, vocab_size, max_num_drafts, num_splits,
+            POS_BLOCK=min(MAX_POS_BLOCK, triton.next_power_of_2(max(max_num_drafts, 1))),
+            SPLIT_BLOCK=layout.split_block, num_warps=4, **shared,
+        )  # fmt: skip
+        if batch.method != "strict":
+            res_key = torch.empty(num_requests * num_splits, dtype=torch.float32, device=device)
+            res_token = torch.empty(num_requests * num_splits, dtype=torch.int32, device=device)
+            res_mass = torch.empty_like(res_key)
+            tgt_key = torch.empty_like(res_key)
+            tgt_token = torch.empty_like(res_token)
+            jit.sample_kernel[(num_requests, num_splits)](
+                target, draft_arg, batch.temperature, batch.seed, batch.step, info_int, info_float,
+                res_key, res_token, res_mass, tgt_key, tgt_token, vocab_size, num_splits,
+                TILES_PER_SPLIT=layout.tiles_per_split, BLOCK_V=layout.block_v, num_warps=num_warps,
+            )  # fmt: skip
+            jit.emit_kernel[(num_requests,)](
+                target, batch.temperature, info_int, info_float,
+                res_key, res_token, res_mass, tgt_key, tgt_token, token_ids, logprobs,
+                vocab_size, max_num_drafts, num_splits, SPLIT_BLOCK=layout.split_block, num_warps=4,
+            )  # fmt: skip
+    return SpecOutput(token_ids=token_ids, num_emitted=num_emitted, logprobs=logprobs)
+
+
+class TritonRejectionSampler:
+    """The production sampler as a `Variant`: every method, canonical random streams.
+
+    Args:
+        check_values: passed to `rejection_sample` (default: on for CPU tensors or when the
+            ``SPECSAMPLE_CHECK_VALUES`` environment variable asks).
+    """
+
+    name = "triton"
+    canonical_rng = True
+
+    def __init__(self, check_values: bool | None = None) -> None:
+        self.check_values = check_values
+
+    def __call__(self, batch: SpecBatch) -> SpecOutput:
+        """Sample ``batch`` on its device."""
+        return rejection_sample(batch, check_values=self.check_values)

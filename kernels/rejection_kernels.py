@@ -1,0 +1,742 @@
+"""Triton kernels of the rejection sampler: row statistics, the accept/reject walk, final-row sampling.
+
+Only ``@triton.jit`` code lives here; `kernels.rejection` validates, allocates and launches. One call
+runs up to four kernels:
+
+1. `row_stats_kernel`, grid ``(B, max_n + 1, num_splits)``: one program per request, position and
+   vocabulary split. It reads its split of the target row (and of the draft row when the
+   probabilistic test needs ``q``) once: online max, sum of ``exp((x - max) / T)`` and the argmax;
+   for strict requests also the Gumbel-max candidate of the target sample.
+2. `decide_kernel`, grid ``(B,)``: combines the split statistics, makes every acceptance decision,
+   finds the first rejection ``j`` (or the bonus row), writes the accepted prefix, the padding and
+   ``num_emitted``, and either writes the emitted token (greedy and strict rows) or leaves the
+   final row's statistics for the next two kernels.
+3. `sample_kernel`, grid ``(B, num_splits)``: Gumbel-max over one split of the final row only:
+   the residual ``(p - q)+`` and the target ``p`` (the fallback when the residual has no mass).
+4. `emit_kernel`, grid ``(B,)``: combines the split candidates and writes the emitted token.
+
+Numbers follow `reference.law`: NaN logits count as ``-inf``; a row with ``+inf`` logits is uniform
+over them; a row with no finite logit is uniform over the vocabulary. Everything is computed in
+the log domain relative to the row max, ``e(x) = (x - max) / T``, so tiny temperatures do not
+overflow and tiny probabilities do not underflow; a probability under ``2**-1075`` (which float64,
+the specification's precision, rounds to zero) counts as zero.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+PROBABILISTIC = tl.constexpr(0)
+STRICT = tl.constexpr(1)
+SYNTHETIC = tl.constexpr(2)
+
+# What the final row of a request needs, written by decide_kernel for sample_kernel and emit_kernel.
+SAMPLE_NONE = tl.constexpr(0)  # the token is already known (greedy argmax, strict sample)
+SAMPLE_TARGET = tl.constexpr(1)  # y ~ p: bonus row, placeholder draft, synthetic rejection
+SAMPLE_WITHOUT_DRAFT = tl.constexpr(2)  # one-hot draft rejected: y ~ p restricted to x != d
+SAMPLE_RESIDUAL = tl.constexpr(3)  # y ~ (p - q)+
+
+ACCEPT_PURPOSE = tl.constexpr(0)
+SAMPLE_PURPOSE = tl.constexpr(1)
+
+# ln(2**-1075): float64 rounds a probability below this to zero.
+LOG_ZERO = tl.constexpr(-745.1332191019412)
+# Temperatures above this act as this: the law is uniform to within 1e-30 either way, and the
+# reciprocal stays a normal float32.
+MAX_TEMPERATURE = tl.constexpr(1e30)
+NEG_INF = tl.constexpr(float("-inf"))
+NO_SPLIT = tl.constexpr(2**30)
+# Field indices of the per-request final-row records.
+INFO_MODE = tl.constexpr(0)
+INFO_POSITION = tl.constexpr(1)
+INFO_TARGET_OFFSET = tl.constexpr(2)
+INFO_DRAFT_OFFSET = tl.constexpr(3)
+INFO_DRAFT_TOKEN = tl.constexpr(4)
+INFO_INTS = tl.constexpr(5)
+INFO_TARGET_MAX = tl.constexpr(0)
+INFO_TARGET_LOG_SUM = tl.constexpr(1)
+INFO_DRAFT_MAX = tl.constexpr(2)
+INFO_DRAFT_LOG_SUM = tl.constexpr(3)
+INFO_FLOATS = tl.constexpr(4)
+
+
+@triton.jit
+def _clean(x):
+    """A float32 logit with NaN read as ``-inf``."""
+    x = x.to(tl.float32)
+    return tl.where(x == x, x, NEG_INF)
+
+
+@triton.jit
+def _scaled(x, row_max, inv_temperature):
+    """``e(x) = (x - max) / T``, exactly 0 where ``x`` equals the max (so all-``inf`` rows work)."""
+    return tl.where(x == row_max, 0.0, (x - row_max) * inv_temperature)
+
+
+@triton.jit
+def _rescale(old_max, new_max, inv_temperature):
+    """The factor that moves a sum of ``exp(e)`` from ``old_max`` to ``new_max >= old_max``."""
+    return tl.where(old_max == new_max, 1.0, tl.exp((old_max - new_max) * inv_temperature))
+
+
+@triton.jit
+def _inv_temperature(temperature):
+    """``1 / T`` for a sampled request; 1 for a greedy one (its logprobs use ``T = 1``)."""
+    sampled = temperature > 0.0
+    safe = tl.where(sampled, tl.minimum(temperature, MAX_TEMPERATURE), 1.0)
+    return 1.0 / safe
+
+
+@triton.jit
+def _request_span(cu_ptr, request, max_num_drafts):
+    """The first draft index and the draft count of a request, clamped so no value reads out of bounds."""
+    start = tl.maximum(tl.load(cu_ptr + request).to(tl.int64), 0)
+    end = tl.load(cu_ptr + request + 1).to(tl.int64)
+    num_drafts = tl.minimum(tl.maximum(end - start, 0), max_num_drafts)
+    return start, num_drafts
+
+
+@triton.jit
+def _offsets(step, position, purpose, token):
+    """The canonical Philox offsets ``(((step * 128 + i) * 4 + purpose) << 22) + token``, mod 2**64."""
+    return (((step * 128 + position) * 4 + purpose) << 22) + token
+
+
+@triton.jit
+def _gumbel(seed, step, position, tokens):
+    """Gumbel noise ``-log(-log(u))`` of the sampling stream of one row; ``-inf`` where ``u == 0``."""
+    u = tl.rand(seed, _offsets(step, position, SAMPLE_PURPOSE, tokens))
+    return -tl.log(-tl.log(u))
+
+
+@triton.jit
+def _draft_row_offset(
+    request,
+    draft_start,
+    position,
+    draft_slot_ptr,
+    num_draft_rows,
+    slot_capacity,
+    draft_stride,
+    slot_stride,
+    SLOTTED: tl.constexpr,
+):
+    """The element offset of a draft row, or -1 where the row lies outside the draft tensor.
+
+    Flat drafts: row ``draft_start + position`` of ``[D, V]``. Slotted drafts: row ``position`` of
+    slot ``draft_slot[request]`` of ``[S, K, V]``; a slot outside ``[0, S)`` or a position at or past
+    ``K`` reads nothing.
+    """
+    if SLOTTED:
+        slot = tl.load(draft_slot_ptr + request).to(tl.int64)
+        inside = (slot >= 0) & (slot < num_draft_rows) & (position < slot_capacity)
+        offset = slot * slot_stride + position * draft_stride
+    else:
+        row = draft_start + position
+        inside = row < num_draft_rows
+        offset = row * draft_stride
+    return tl.where(inside, offset, -1)
+
+
+@triton.jit
+def _split_stats(
+    row_ptr,
+    row_inside,
+    split,
+    vocab_size,
+    inv_temperature,
+    seed,
+    step,
+    position,
+    SAMPLE: tl.constexpr,
+    TILES_PER_SPLIT: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+):
+    """One pass over one split of a row: max, sum of ``exp(e)``, argmax and the Gumbel-max candidate.
+
+    Returns ``(max, sum, argmax, candidate logit, candidate gumbel, candidate token)``. The candidate
+    is kept as its raw logit and noise, so a later combine recomputes its key against the row max.
+    Lanes past the vocabulary count for nothing; a row outside its tensor reads as no finite logit.
+    """
+    lanes = tl.arange(0, BLOCK_V)
+    first = split * (TILES_PER_SPLIT * BLOCK_V)
+    row_max = tl.full([], NEG_INF, tl.float32)
+    row_sum = tl.full([], 0.0, tl.float32)
+    row_arg = first
+    best_logit = tl.full([], NEG_INF, tl.float32)
+    best_gumbel = tl.full([], NEG_INF, tl.float32)
+    best_token = first
+    for tile in tl.static_range(TILES_PER_SPLIT):
+        tokens = first + tile * BLOCK_V + lanes
+        in_vocab = tokens < vocab_size
+        x = _clean(tl.load(row_ptr + tokens, mask=in_vocab & row_inside, other=NEG_INF))
+        tile_max, tile_lane = tl.max(x, axis=0, return_indices=True, return_indices_tie_break_left=True)
+        new_max = tl.maximum(row_max, tile_max)
+        # Strict `>`: the first maximum wins ties, as the specification's argmax does.
+        row_arg = tl.where(tile_max > row_max, first + tile * BLOCK_V + tile_lane, row_arg)
+        scaled = _scaled(x, new_max, inv_temperature)
+        weights = tl.where(in_vocab, tl.exp(scaled), 0.0)
+        row_sum = row_sum * _rescale(row_max, new_max, inv_temperature) + tl.sum(weights, axis=0)
+        row_max = new_max
+        if SAMPLE:
+            keys = tl.where(in_vocab, scaled + _gumbel(seed, step, position, tokens), NEG_INF)
+            tile_key, key_lane = tl.max(keys, axis=0, return_indices=True, return_indices_tie_break_left=True)
+            held_key = _scaled(best_logit, new_max, inv_temperature) + best_gumbel
+            take = tile_key > held_key
+            picked = lanes == key_lane
+            best_logit = tl.where(take, tl.sum(tl.where(picked, x, 0.0), axis=0), best_logit)
+            best_gumbel = tl.where(take, tl.sum(tl.where(picked, keys - scaled, 0.0), axis=0), best_gumbel)
+            best_token = tl.where(take, first + tile * BLOCK_V + key_lane, best_token)
+    return row_max, row_sum, row_arg, best_logit, best_gumbel, best_token
+
+
+@triton.jit
+def row_stats_kernel(
+    target_ptr,
+    draft_ptr,
+    draft_ids_ptr,
+    cu_ptr,
+    temperature_ptr,
+    seed_ptr,
+    step_ptr,
+    draft_slot_ptr,
+    target_max_ptr,
+    target_sum_ptr,
+    target_arg_ptr,
+    draft_max_ptr,
+    draft_sum_ptr,
+    cand_logit_ptr,
+    cand_gumbel_ptr,
+    cand_token_ptr,
+    num_target_rows,
+    num_draft_ids,
+    num_draft_rows,
+    slot_capacity,
+    target_stride,
+    draft_stride,
+    slot_stride,
+    vocab_size,
+    max_num_drafts,
+    num_splits,
+    METHOD: tl.constexpr,
+    HAS_DRAFT: tl.constexpr,
+    SLOTTED: tl.constexpr,
+    TILES_PER_SPLIT: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+):
+    """Per-split statistics of every target row, and of the draft rows the probabilistic test reads.
+
+    Args:
+        target_ptr: ``[R, V]`` fp32/fp16/bf16 target logits, row stride ``target_stride``.
+        draft_ptr: ``[D, V]`` or ``[S, K, V]`` draft logits (unused unless ``HAS_DRAFT``).
+        draft_ids_ptr: ``[D]`` int64 draft token ids.
+        cu_ptr: ``[B + 1]`` int32 prefix sums of the draft counts.
+        temperature_ptr: ``[B]`` fp32.
+        seed_ptr: ``[B]`` int64.
+        step_ptr: ``[B]`` int64.
+        draft_slot_ptr: ``[B]`` int32/int64 slots (unused unless ``SLOTTED``).
+        target_max_ptr, target_sum_ptr: ``[B * (max_n + 1) * num_splits]`` fp32 outputs.
+        target_arg_ptr: ``[B * (max_n + 1) * num_splits]`` int32 output, first argmax of the split.
+        draft_max_ptr, draft_sum_ptr: ``[B * (max_n + 1) * num_splits]`` fp32 outputs.
+        cand_logit_ptr, cand_gumbel_ptr: ``[B * (max_n + 1) * num_splits]`` fp32 outputs (strict).
+        cand_token_ptr: ``[B * (max_n + 1) * num_splits]`` int32 output (strict).
+    """
+    # Grid (B, max_n + 1, num_splits): one program per request, position (the last is the bonus
+    # row) and vocabulary split of TILES_PER_SPLIT * BLOCK_V tokens; positions past n_b exit.
+    request = tl.program_id(0)
+    position = tl.program_id(1)
+    split = tl.program_id(2)
+    draft_start, num_drafts = _request_span(cu_ptr, request, max_num_drafts)
+    if position <= num_drafts:
+        temperature = tl.load(temperature_ptr + request)
+        sampled = temperature > 0.0
+        inv_temperature = _inv_temperature(temperature)
+        seed = tl.load(seed_ptr + request)
+        step = tl.load(step_ptr + request)
+        target_row = draft_start + request + position
+        target_inside = target_row < num_target_rows
+        target_row_ptr = target_ptr + tl.where(target_inside, target_row, 0) * target_stride
+        out = (request.to(tl.int64) * (max_num_drafts + 1) + position) * num_splits + split
+        if METHOD == STRICT:
+            if sampled:
+                row_max, row_sum, row_arg, logit, gumbel, token = _split_stats(
+                    target_row_ptr, target_inside, split, vocab_size, inv_temperature, seed, step,
+                    position, True, TILES_PER_SPLIT, BLOCK_V,
+                )  # fmt: skip
+            else:
+                row_max, row_sum, row_arg, logit, gumbel, token = _split_stats(
+                    target_row_ptr, target_inside, split, vocab_size, inv_temperature, seed, step,
+                    position, False, TILES_PER_SPLIT, BLOCK_V,
+                )  # fmt: skip
+            tl.store(cand_logit_ptr + out, logit)
+            tl.store(cand_gumbel_ptr + out, gumbel)
+            tl.store(cand_token_ptr + out, token)
+        else:
+            row_max, row_sum, row_arg, _, _, _ = _split_stats(
+                target_row_ptr, target_inside, split, vocab_size, inv_temperature, seed, step,
+                position, False, TILES_PER_SPLIT, BLOCK_V,
+            )  # fmt: skip
+        tl.store(target_max_ptr + out, row_max)
+        tl.store(target_sum_ptr + out, row_sum)
+        tl.store(target_arg_ptr + out, row_arg)
+        if METHOD == PROBABILISTIC and HAS_DRAFT:
+            is_draft = position < num_drafts
+            draft_id = tl.load(
+                draft_ids_ptr + draft_start + position,
+                mask=is_draft & (draft_start + position < num_draft_ids),
+                other=-1,
+            )
+            # q is only needed where a real draft meets a sampled row: a placeholder rejects
+            # outright and a greedy row compares with the argmax.
+            if sampled & is_draft & (draft_id >= 0) & (draft_id < vocab_size):
+                draft_offset = _draft_row_offset(
+                    request, draft_start, position, draft_slot_ptr, num_draft_rows, slot_capacity,
+                    draft_stride, slot_stride, SLOTTED,
+                )  # fmt: skip
+                draft_row_ptr = draft_ptr + tl.maximum(draft_offset, 0)
+                draft_max, draft_sum, _, _, _, _ = _split_stats(
+                    draft_row_ptr, draft_offset >= 0, split, vocab_size, inv_temperature, seed, step,
+                    position, False, TILES_PER_SPLIT, BLOCK_V,
+                )  # fmt: skip
+                tl.store(draft_max_ptr + out, draft_max)
+                tl.store(draft_sum_ptr + out, draft_sum)
+
+
+@triton.jit
+def _combine_splits(max_ptr, sum_ptr, records, mask, inv_temperature, num_splits, SPLIT_BLOCK: tl.constexpr):
+    """The row max and ``log`` of the row sum from per-split records ``[..., SPLIT_BLOCK]``.
+
+    ``records`` holds the record index of each row's first split, shaped ``[P, 1]``; ``mask`` the
+    rows to read, ``[P, 1]``. Returns ``[P]`` maxima, ``[P]`` log-sums and the ``[P, SPLIT_BLOCK]``
+    split maxima. Splits combine in a fixed order, so a row's statistics never depend on the batch.
+    """
+    splits = tl.arange(0, SPLIT_BLOCK)[None, :]
+    split_mask = mask & (splits < num_splits)
+    split_max = tl.load(max_ptr + records + splits, mask=split_mask, other=NEG_INF)
+    split_sum = tl.load(sum_ptr + records + splits, mask=split_mask, other=0.0)
+    row_max = tl.max(split_max, axis=1)
+    row_sum = tl.sum(split_sum * _rescale(split_max, row_max[:, None], inv_temperature), axis=1)
+    return row_max, tl.log(row_sum), split_max
+
+
+@triton.jit
+def _row_argmax(arg_ptr, records, mask, split_max, row_max, num_splits, SPLIT_BLOCK: tl.constexpr):
+    """The first argmax of each row: the lowest token among the splits that hold the row max."""
+    splits = tl.arange(0, SPLIT_BLOCK)[None, :]
+    holds_max = mask & (splits < num_splits) & (split_max == row_max[:, None])
+    split_arg = tl.load(arg_ptr + records + splits, mask=holds_max, other=NO_SPLIT)
+    return tl.min(split_arg, axis=1)
+
+
+@triton.jit
+def _strict_sample(
+    logit_ptr, gumbel_ptr, token_ptr, records, mask, row_max, inv_temperature, num_splits,
+    SPLIT_BLOCK: tl.constexpr,
+):  # fmt: skip
+    """The Gumbel-max target sample of each row from its split candidates, ties to the lowest token."""
+    splits = tl.arange(0, SPLIT_BLOCK)[None, :]
+    split_mask = mask & (splits < num_splits)
+    logit = tl.load(logit_ptr + records + splits, mask=split_mask, other=NEG_INF)
+    gumbel = tl.load(gumbel_ptr + records + splits, mask=split_mask, other=NEG_INF)
+    token = tl.load(token_ptr + records + splits, mask=split_mask, other=0)
+    keys = tl.where(split_mask, _scaled(logit, row_max[:, None], inv_temperature) + gumbel, NEG_INF)
+    best = tl.argmax(keys, axis=1, tie_break_left=True)
+    return tl.sum(tl.where(splits == best[:, None], token, 0), axis=1)
+
+
+@triton.jit
+def _log_prob(target_row_ptr, target_inside, token, row_max, log_sum, inv_temperature, vocab_size):
+    """``log p(token)`` under the target law; ``-inf`` below float64's smallest probability."""
+    inside = target_inside & (token >= 0) & (token < vocab_size)
+    logit = _clean(tl.load(target_row_ptr + tl.where(inside, token, 0), mask=inside, other=NEG_INF))
+    log_prob = _scaled(logit, row_max, inv_temperature) - log_sum
+    return tl.where(log_prob < LOG_ZERO, NEG_INF, log_prob)
+
+
+@triton.jit
+def decide_kernel(
+    target_ptr,
+    draft_ptr,
+    draft_ids_ptr,
+    cu_ptr,
+    temperature_ptr,
+    seed_ptr,
+    step_ptr,
+    draft_slot_ptr,
+    rates_ptr,
+    target_max_ptr,
+    target_sum_ptr,
+    target_arg_ptr,
+    draft_max_ptr,
+    draft_sum_ptr,
+    cand_logit_ptr,
+    cand_gumbel_ptr,
+    cand_token_ptr,
+    info_int_ptr,
+    info_float_ptr,
+    token_ids_ptr,
+    logprobs_ptr,
+    num_emitted_ptr,
+    num_target_rows,
+    num_draft_ids,
+    num_draft_rows,
+    slot_capacity,
+    num_rates,
+    target_stride,
+    draft_stride,
+    slot_stride,
+    vocab_size,
+    max_num_drafts,
+    num_splits,
+    METHOD: tl.constexpr,
+    HAS_DRAFT: tl.constexpr,
+    SLOTTED: tl.constexpr,
+    POS_BLOCK: tl.constexpr,
+    SPLIT_BLOCK: tl.constexpr,
+):
+    """Acceptance decisions, the first rejection, and every output except a sampled final token.
+
+    Args:
+        target_ptr: ``[R, V]`` fp32/fp16/bf16 target logits.
+        draft_ptr: ``[D, V]`` or ``[S, K, V]`` draft logits (unused unless ``HAS_DRAFT``).
+        draft_ids_ptr: ``[D]`` int64 draft token ids.
+        cu_ptr: ``[B + 1]`` int32 prefix sums of the draft counts.
+        temperature_ptr: ``[B]`` fp32.
+        seed_ptr, step_ptr: ``[B]`` int64.
+        draft_slot_ptr: ``[B]`` int32/int64 (unused unless ``SLOTTED``).
+        rates_ptr: ``[num_rates]`` fp64 synthetic conditional acceptance rates (synthetic only).
+        target_max_ptr ... cand_token_ptr: the ``[B * (max_n + 1) * num_splits]`` records of
+            `row_stats_kernel`.
+        info_int_ptr: ``[B, 5]`` int64 output: sample mode, final position, target and draft row
+            offsets, draft token of the final row.
+        info_float_ptr: ``[B, 4]`` fp32 output: target max and log-sum, draft max and log-sum.
+        token_ids_ptr: ``[B, max_n + 1]`` int64 output.
+        logprobs_ptr: ``[B, max_n + 1]`` fp32 output.
+        num_emitted_ptr: ``[B]`` int32 output.
+    """
+    # Grid (B,): one program per request; positions go in chunks of POS_BLOCK, splits are
+    # combined in blocks of SPLIT_BLOCK, and the walk stops at the chunk holding the first rejection.
+    request = tl.program_id(0)
+    draft_start, num_drafts = _request_span(cu_ptr, request, max_num_drafts)
+    temperature = tl.load(temperature_ptr + request)
+    sampled = temperature > 0.0
+    inv_temperature = _inv_temperature(temperature)
+    seed = tl.load(seed_ptr + request)
+    step = tl.load(step_ptr + request)
+    width = max_num_drafts + 1
+    out_row = request.to(tl.int64) * width
+    lanes = tl.arange(0, POS_BLOCK)
+    # Scalar flags are widened by arithmetic: the interpreter cannot splat a scalar boolean.
+    sampled_lanes = (tl.zeros([POS_BLOCK], tl.float32) + temperature) > 0.0
+
+    stop = num_drafts
+    chunk = 0
+    while (stop == num_drafts) & (chunk < num_drafts):
+        position = chunk + lanes
+        is_draft = position < num_drafts
+        draft_id = tl.load(
+            draft_ids_ptr + draft_start + position,
+            mask=is_draft & (draft_start + position < num_draft_ids),
+            other=-1,
+        )
+        real = is_draft & (draft_id >= 0) & (draft_id < vocab_size)
+        records = ((out_row + position) * num_splits)[:, None]
+        row_max, log_sum, split_max = _combine_splits(
+            target_max_ptr, target_sum_ptr, records, is_draft[:, None], inv_temperature, num_splits,
+            SPLIT_BLOCK,
+        )  # fmt: skip
+        target_row = draft_start + request + position
+        target_inside = target_row < num_target_rows
+        target_row_ptr = target_ptr + tl.where(target_inside, target_row, 0) * target_stride
+        log_p = _log_prob(
+            target_row_ptr, target_inside & real, draft_id, row_max, log_sum, inv_temperature, vocab_size
+        )
+        u = tl.rand(seed, _offsets(step, position.to(tl.int64), ACCEPT_PURPOSE, 0))
+        if METHOD == SYNTHETIC:
+            rate = tl.load(rates_ptr + position, mask=is_draft & (position < num_rates), other=0.0)
+            accept = real & (u.to(tl.float64) < rate)
+        else:
+            argmax = _row_argmax(
+                target_arg_ptr, records, is_draft[:, None], split_max, row_max, num_splits, SPLIT_BLOCK
+            )
+            greedy_accept = real & (draft_id == argmax)
+            if METHOD == STRICT:
+                sample = _strict_sample(
+                    cand_logit_ptr, cand_gumbel_ptr, cand_token_ptr, records,
+                    (is_draft & sampled_lanes)[:, None], row_max, inv_temperature, num_splits, SPLIT_BLOCK,
+                )  # fmt: skip
+                sampled_accept = real & (sample == draft_id)
+            else:
+                if HAS_DRAFT:
+                    draft_max, draft_log_sum, _ = _combine_splits(
+                        draft_max_ptr, draft_sum_ptr, records, (real & sampled_lanes)[:, None],
+                        inv_temperature, num_splits, SPLIT_BLOCK,
+                    )  # fmt: skip
+                    draft_offset = _draft_row_offset(
+                        request, draft_start, position, draft_slot_ptr, num_draft_rows, slot_capacity,
+                        draft_stride, slot_stride, SLOTTED,
+                    )  # fmt: skip
+                    draft_inside = real & sampled_lanes & (draft_offset >= 0)
+                    draft_logit = _clean(
+                        tl.load(
+                            draft_ptr + tl.maximum(draft_offset, 0) + tl.where(draft_inside, draft_id, 0),
+                            mask=draft_inside,
+                            other=NEG_INF,
+                        )
+                    )
+                    log_q = _scaled(draft_logit, draft_max, inv_temperature) - draft_log_sum
+                    log_q = tl.where(log_q < LOG_ZERO, NEG_INF, log_q)
+                else:
+                    log_q = tl.zeros([POS_BLOCK], tl.float32)
+                # p(d) > u q(d) in the log domain. Strict `>`: a draft with p = 0 is never
+                # accepted, even at u = 0; a draft with q = 0 < p always is.
+                sampled_accept = real & (log_p > NEG_INF) & (log_p > tl.log(u) + log_q)
+            accept = tl.where(sampled, sampled_accept, greedy_accept)
+        rejected = is_draft & ~accept
+        stop = tl.min(tl.where(rejected, position, num_drafts), axis=0)
+        keep = is_draft & (position < stop)
+        tl.store(token_ids_ptr + out_row + position, draft_id, mask=keep)
+        tl.store(logprobs_ptr + out_row + position, log_p, mask=keep)
+        chunk += POS_BLOCK
+
+    # Everything after the emitted token is padding.
+    pad = 0
+    while pad < width:
+        position = pad + lanes
+        after = (position > stop) & (position < width)
+        tl.store(token_ids_ptr + out_row + position, -1, mask=after)
+        tl.store(logprobs_ptr + out_row + position, float("nan"), mask=after)
+        pad += POS_BLOCK
+    tl.store(num_emitted_ptr + request, (stop + 1).to(tl.int32))
+
+    # The final row: the first rejection, or the bonus row when every draft was accepted.
+    is_draft = stop < num_drafts
+    draft_id = tl.load(
+        draft_ids_ptr + draft_start + stop,
+        mask=is_draft & (draft_start + stop < num_draft_ids),
+        other=-1,
+    )
+    real = is_draft & (draft_id >= 0) & (draft_id < vocab_size)
+    records = tl.full([1, 1], 0, tl.int64) + (out_row + stop) * num_splits
+    every = tl.full([1, 1], 1, tl.int1)
+    every_sampled = (tl.zeros([1, 1], tl.float32) + temperature) > 0.0
+    row_max, log_sum, split_max = _combine_splits(
+        target_max_ptr, target_sum_ptr, records, every, inv_temperature, num_splits, SPLIT_BLOCK
+    )
+    target_row = draft_start + request + stop
+    target_inside = target_row < num_target_rows
+    target_offset = tl.where(target_inside, target_row, 0) * target_stride
+    if METHOD == STRICT:
+        argmax = _row_argmax(target_arg_ptr, records, every, split_max, row_max, num_splits, SPLIT_BLOCK)
+        sample = _strict_sample(
+            cand_logit_ptr, cand_gumbel_ptr, cand_token_ptr, records, every_sampled, row_max,
+            inv_temperature, num_splits, SPLIT_BLOCK,
+        )  # fmt: skip
+        token = tl.sum(tl.where(sampled, sample, argmax), axis=0)
+        mode = tl.full([], SAMPLE_NONE, tl.int64)
+    else:
+        argmax = _row_argmax(target_arg_ptr, records, every, split_max, row_max, num_splits, SPLIT_BLOCK)
+        token = tl.sum(argmax, axis=0)
+        if METHOD == PROBABILISTIC:
+            rejected_mode = SAMPLE_RESIDUAL if HAS_DRAFT else SAMPLE_WITHOUT_DRAFT
+            mode = tl.where(real, rejected_mode, SAMPLE_TARGET).to(tl.int64)
+        else:
+            mode = tl.full([], SAMPLE_TARGET, tl.int64)
+        mode = tl.where(sampled, mode, SAMPLE_NONE)
+    row_max = tl.sum(row_max, axis=0)
+    log_sum = tl.sum(log_sum, axis=0)
+    info_int = info_int_ptr + request.to(tl.int64) * INFO_INTS
+    tl.store(info_int + INFO_MODE, mode)
+    if mode == SAMPLE_NONE:
+        log_p = _log_prob(
+            target_ptr + target_offset, target_inside, token, row_max, log_sum, inv_temperature, vocab_size
+        )
+        tl.store(token_ids_ptr + out_row + stop, token.to(tl.int64))
+        tl.store(logprobs_ptr + out_row + stop, log_p)
+    else:
+        info_float = info_float_ptr + request.to(tl.int64) * INFO_FLOATS
+        tl.store(info_int + INFO_POSITION, stop)
+        tl.store(info_int + INFO_TARGET_OFFSET, tl.where(target_inside, target_offset, -1))
+        # Only a rejected one-hot draft is excluded from the sample.
+        tl.store(info_int + INFO_DRAFT_TOKEN, tl.where(mode == SAMPLE_WITHOUT_DRAFT, draft_id, -1))
+        tl.store(info_float + INFO_TARGET_MAX, row_max)
+        tl.store(info_float + INFO_TARGET_LOG_SUM, log_sum)
+        # The compile-time test stands apart so the branch is compiled only where drafts exist.
+        if METHOD == PROBABILISTIC and HAS_DRAFT:  # noqa: SIM102
+            if mode == SAMPLE_RESIDUAL:
+                draft_max, draft_log_sum, _ = _combine_splits(
+                    draft_max_ptr, draft_sum_ptr, records, every, inv_temperature, num_splits, SPLIT_BLOCK
+                )
+                draft_offset = _draft_row_offset(
+                    request, draft_start, stop, draft_slot_ptr, num_draft_rows, slot_capacity,
+                    draft_stride, slot_stride, SLOTTED,
+                )  # fmt: skip
+                tl.store(info_int + INFO_DRAFT_OFFSET, draft_offset)
+                tl.store(info_float + INFO_DRAFT_MAX, tl.sum(draft_max, axis=0))
+                tl.store(info_float + INFO_DRAFT_LOG_SUM, tl.sum(draft_log_sum, axis=0))
+
+
+@triton.jit
+def sample_kernel(
+    target_ptr,
+    draft_ptr,
+    temperature_ptr,
+    seed_ptr,
+    step_ptr,
+    info_int_ptr,
+    info_float_ptr,
+    res_key_ptr,
+    res_token_ptr,
+    res_mass_ptr,
+    tgt_key_ptr,
+    tgt_token_ptr,
+    vocab_size,
+    num_splits,
+    TILES_PER_SPLIT: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+):
+    """Gumbel-max candidates of one split of a request's final row: the residual and the target.
+
+    Args:
+        target_ptr: ``[R, V]`` fp32/fp16/bf16 target logits.
+        draft_ptr: ``[D, V]`` or ``[S, K, V]`` draft logits (read only in residual mode).
+        temperature_ptr: ``[B]`` fp32.
+        seed_ptr, step_ptr: ``[B]`` int64.
+        info_int_ptr: ``[B, 5]`` int64 and info_float_ptr: ``[B, 4]`` fp32 records of `decide_kernel`.
+        res_key_ptr: ``[B * num_splits]`` fp32 output: best key of the residual (or restricted) law.
+        res_token_ptr: ``[B * num_splits]`` int32 output: its token.
+        res_mass_ptr: ``[B * num_splits]`` fp32 output: the largest residual log-weight (``-inf``
+            when the split holds no residual mass).
+        tgt_key_ptr: ``[B * num_splits]`` fp32 output: best key of the target law.
+        tgt_token_ptr: ``[B * num_splits]`` int32 output: its token.
+    """
+    # Grid (B, num_splits): one program per request and vocabulary split; requests whose token is
+    # already known exit at once. Only this kernel draws Gumbel noise for probabilistic rows.
+    request = tl.program_id(0)
+    split = tl.program_id(1)
+    info_int = info_int_ptr + request.to(tl.int64) * INFO_INTS
+    mode = tl.load(info_int + INFO_MODE)
+    if mode != SAMPLE_NONE:
+        info_float = info_float_ptr + request.to(tl.int64) * INFO_FLOATS
+        position = tl.load(info_int + INFO_POSITION)
+        target_offset = tl.load(info_int + INFO_TARGET_OFFSET)
+        draft_token = tl.load(info_int + INFO_DRAFT_TOKEN)
+        target_max = tl.load(info_float + INFO_TARGET_MAX)
+        target_log_sum = tl.load(info_float + INFO_TARGET_LOG_SUM)
+        residual = mode == SAMPLE_RESIDUAL
+        draft_offset = tl.load(info_int + INFO_DRAFT_OFFSET, mask=residual, other=-1)
+        draft_max = tl.load(info_float + INFO_DRAFT_MAX, mask=residual, other=NEG_INF)
+        draft_log_sum = tl.load(info_float + INFO_DRAFT_LOG_SUM, mask=residual, other=0.0)
+        inv_temperature = _inv_temperature(tl.load(temperature_ptr + request))
+        seed = tl.load(seed_ptr + request)
+        step = tl.load(step_ptr + request)
+        target_row_ptr = target_ptr + tl.maximum(target_offset, 0)
+        draft_row_ptr = draft_ptr + tl.maximum(draft_offset, 0)
+        lanes = tl.arange(0, BLOCK_V)
+        first = split * (TILES_PER_SPLIT * BLOCK_V)
+        res_key = tl.full([], NEG_INF, tl.float32)
+        res_token = first
+        res_mass = tl.full([], NEG_INF, tl.float32)
+        tgt_key = tl.full([], NEG_INF, tl.float32)
+        tgt_token = first
+        for tile in tl.static_range(TILES_PER_SPLIT):
+            tokens = first + tile * BLOCK_V + lanes
+            in_vocab = tokens < vocab_size
+            x = _clean(tl.load(target_row_ptr + tokens, mask=in_vocab & (target_offset >= 0), other=NEG_INF))
+            scaled = _scaled(x, target_max, inv_temperature)
+            log_p = scaled - target_log_sum
+            # A probability float64 rounds to zero never wins, as in the specification.
+            log_p = tl.where(in_vocab & (log_p >= LOG_ZERO), log_p, NEG_INF)
+            gumbel = _gumbel(seed, step, position, tokens)
+            keys = tl.where(log_p > NEG_INF, scaled + gumbel, NEG_INF)
+            if residual:
+                y = _clean(
+                    tl.load(draft_row_ptr + tokens, mask=in_vocab & (draft_offset >= 0), other=NEG_INF)
+                )
+                log_q = _scaled(y, draft_max, inv_temperature) - draft_log_sum
+                log_q = tl.where(log_q < LOG_ZERO, NEG_INF, log_q)
+                # log((p - q)+) = log p + log(1 - q / p) where p > q.
+                log_residual = tl.where(log_p > log_q, log_p + tl.log(1.0 - tl.exp(log_q - log_p)), NEG_INF)
+            else:
+                log_residual = tl.where(tokens == draft_token, NEG_INF, log_p)
+            residual_keys = tl.where(log_residual > NEG_INF, log_residual + gumbel, NEG_INF)
+            tile_key, tile_lane = tl.max(
+                residual_keys, axis=0, return_indices=True, return_indices_tie_break_left=True
+            )
+            res_token = tl.where(tile_key > res_key, first + tile * BLOCK_V + tile_lane, res_token)
+            res_key = tl.maximum(res_key, tile_key)
+            res_mass = tl.maximum(res_mass, tl.max(log_residual, axis=0))
+            tile_key, tile_lane = tl.max(
+                keys, axis=0, return_indices=True, return_indices_tie_break_left=True
+            )
+            tgt_token = tl.where(tile_key > tgt_key, first + tile * BLOCK_V + tile_lane, tgt_token)
+            tgt_key = tl.maximum(tgt_key, tile_key)
+        record = request.to(tl.int64) * num_splits + split
+        tl.store(res_key_ptr + record, res_key)
+        tl.store(res_token_ptr + record, res_token)
+        tl.store(res_mass_ptr + record, res_mass)
+        tl.store(tgt_key_ptr + record, tgt_key)
+        tl.store(tgt_token_ptr + record, tgt_token)
+
+
+@triton.jit
+def emit_kernel(
+    target_ptr,
+    temperature_ptr,
+    info_int_ptr,
+    info_float_ptr,
+    res_key_ptr,
+    res_token_ptr,
+    res_mass_ptr,
+    tgt_key_ptr,
+    tgt_token_ptr,
+    token_ids_ptr,
+    logprobs_ptr,
+    vocab_size,
+    max_num_drafts,
+    num_splits,
+    SPLIT_BLOCK: tl.constexpr,
+):
+    """Combine the split candidates of each final row and write the emitted token and its logprob.
+
+    Args:
+        target_ptr: ``[R, V]`` fp32/fp16/bf16 target logits.
+        temperature_ptr: ``[B]`` fp32.
+        info_int_ptr: ``[B, 5]`` int64 and info_float_ptr: ``[B, 4]`` fp32 records of `decide_kernel`.
+        res_key_ptr ... tgt_token_ptr: the ``[B * num_splits]`` candidates of `sample_kernel`.
+        token_ids_ptr: ``[B, max_n + 1]`` int64 output.
+        logprobs_ptr: ``[B, max_n + 1]`` fp32 output.
+    """
+    # Grid (B,): one program per request; the splits of a row are combined in one block.
+    request = tl.program_id(0)
+    info_int = info_int_ptr + request.to(tl.int64) * INFO_INTS
+    mode = tl.load(info_int + INFO_MODE)
+    if mode != SAMPLE_NONE:
+        info_float = info_float_ptr + request.to(tl.int64) * INFO_FLOATS
+        position = tl.load(info_int + INFO_POSITION)
+        target_offset = tl.load(info_int + INFO_TARGET_OFFSET)
+        target_max = tl.load(info_float + INFO_TARGET_MAX)
+        target_log_sum = tl.load(info_float + INFO_TARGET_LOG_SUM)
+        splits = tl.arange(0, SPLIT_BLOCK)
+        in_range = splits < num_splits
+        records = request.to(tl.int64) * num_splits + splits
+        res_key = tl.load(res_key_ptr + records, mask=in_range, other=NEG_INF)
+        res_token = tl.load(res_token_ptr + records, mask=in_range, other=0)
+        res_mass = tl.load(res_mass_ptr + records, mask=in_range, other=NEG_INF)
+        tgt_key = tl.load(tgt_key_ptr + records, mask=in_range, other=NEG_INF)
+        tgt_token = tl.load(tgt_token_ptr + records, mask=in_range, other=0)
+        best_res = tl.argmax(res_key, axis=0, tie_break_left=True)
+        best_tgt = tl.argmax(tgt_key, axis=0, tie_break_left=True)
+        res_choice = tl.sum(tl.where(splits == best_res, res_token, 0), axis=0)
+        tgt_choice = tl.sum(tl.where(splits == best_tgt, tgt_token, 0), axis=0)
+        # A residual with no mass falls back to the target law, as the specification says.
+        token = tl.where(tl.max(res_mass, axis=0) > NEG_INF, res_choice, tgt_choice)
+        inv_temperature = _inv_temperature(tl.load(temperature_ptr + request))
+        log_p = _log_prob(
+            target_ptr + tl.maximum(target_offset, 0), target_offset >= 0, token, target_max,
+            target_log_sum, inv_temperature, vocab_size,
+        )  # fmt: skip
+        out = request.to(tl.int64) * (max_num_drafts + 1) + position
+        tl.store(token_ids_ptr + out, token.to(tl.int64))
+        tl.store(logprobs_ptr + out, log_p)

@@ -1,0 +1,184 @@
+"""A plain PyTorch rejection sampler: the textbook algorithm with its own random streams.
+
+Softmax of every row, the ratio test ``p(d) > u q(d)``, the residual ``(p - q)+`` and an
+inverse-CDF multinomial draw, all on materialised ``[rows, V]`` tensors. It is a second,
+independent implementation of the specification (`reference.law`), a latency baseline, and the
+example of a variant whose random numbers are not the canonical streams: each request draws its
+uniforms from a CPU ``torch.Generator`` seeded from its own ``(seed, step)``, so its output depends
+on nothing else in the batch. It reads the draft counts back to the host.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from reference.contract import SpecBatch, SpecOutput
+
+_MASK64 = (1 << 64) - 1
+
+
+def generator_seed(seed: int, step: int) -> int:
+    """A 64-bit generator seed mixing a request's seed and step (SplitMix64's finaliser)."""
+    z = (seed * 0x9E3779B97F4A7C15 + step * 0xD1B54A32D192ED03 + 1) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return z ^ (z >> 31)
+
+
+def row_probs(logits: torch.Tensor, temperature: torch.Tensor) -> torch.Tensor:
+    """``softmax(logits / T)`` per row with the specification's odd-value rules, in float32.
+
+    NaN counts as ``-inf``; a row with ``+inf`` entries is uniform over them; a row with no finite
+    entry is uniform over the vocabulary. ``temperature`` is ``[rows]`` and must be positive.
+    """
+    clean = torch.nan_to_num(logits.float(), nan=float("-inf"), posinf=float("inf"), neginf=float("-inf"))
+    row_max = clean.max(dim=1, keepdim=True).values
+    scaled = torch.where(clean == row_max, 0.0, (clean - row_max) / temperature[:, None])
+    weights = torch.exp(scaled)
+    return weights / weights.sum(dim=1, keepdim=True)
+
+
+def _inverse_cdf(weights: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """One draw per row of unnormalised ``weights [rows, V]``: the first index whose CDF exceeds ``u``."""
+    cdf = weights.double().cumsum(dim=1)
+    targets = (uniforms.double() * cdf[:, -1])[:, None]
+    index = torch.searchsorted(cdf, targets, right=True).squeeze(1)
+    # Rounding can land past the last positive weight; step back to it.
+    last_positive = weights.shape[1] - 1 - torch.argmax((weights.flip(1) > 0).to(torch.int8), dim=1)
+    return torch.minimum(index, last_positive)
+
+
+class TorchRejectionSampler:
+    """The textbook sampler as a `Variant` (its own RNG, so ``canonical_rng`` is false)."""
+
+    name = "torch"
+    canonical_rng = False
+
+    def __call__(self, batch: SpecBatch) -> SpecOutput:
+        """Sample ``batch`` on its device."""
+        return torch_sample(batch)
+
+
+def torch_sample(batch: SpecBatch) -> SpecOutput:
+    """Run the textbook rejection sampler of ``batch.method`` on ``batch``."""
+    batch.validate(check_values=True)
+    device = batch.device
+    counts = batch.num_drafts()
+    num_requests, vocab_size = batch.num_requests, batch.vocab_size
+    max_n = batch.resolved_max_num_drafts()
+    width = max_n + 1
+
+    # Per-request uniforms from per-request generators: [B, max_n] acceptance, [B, max_n + 1] sampling.
+    seeds, steps = batch.seed.tolist(), batch.step.tolist()
+    accept_u = torch.zeros(num_requests, max(max_n, 1))
+    sample_u = torch.zeros(num_requests, width)
+    for b, (seed, step, n) in enumerate(zip(seeds, steps, counts, strict=True)):
+        generator = torch.Generator().manual_seed(generator_seed(seed, step))
+        accept_u[b, :n] = torch.rand(n, generator=generator)
+        sample_u[b, : n + 1] = torch.rand(n + 1, generator=generator)
+    accept_u, sample_u = accept_u.to(device), sample_u.to(device)
+
+    counts_t = torch.tensor(counts, device=device)
+    request_of_row = torch.repeat_interleave(torch.arange(num_requests, device=device), counts_t + 1)
+    starts = torch.cumsum(counts_t + 1, 0) - (counts_t + 1)
+    position_of_row = torch.arange(request_of_row.shape[0], device=device) - starts[request_of_row]
+    temperature = batch.temperature[request_of_row]
+    greedy = ~(temperature > 0)
+    clean_target = torch.nan_to_num(batch.target_logits.float(), nan=float("-inf"))
+    argmax = torch.argmax(clean_target, dim=1)
+    target = row_probs(batch.target_logits, torch.where(greedy, 1.0, temperature))
+    # Greedy rows sample onehot(argmax); their logprobs use T = 1.
+    sample_target = torch.where(
+        greedy[:, None], torch.nn.functional.one_hot(argmax, vocab_size).float(), target
+    )
+
+    is_draft_row = position_of_row < counts_t[request_of_row]
+    draft_index = starts[request_of_row] - request_of_row + position_of_row  # cu[b] + i
+    ids = batch.draft_token_ids
+    if ids.shape[0] == 0:
+        row_ids = torch.full_like(position_of_row, -1)
+    else:
+        row_ids = torch.where(is_draft_row, ids[draft_index.clamp(max=ids.shape[0] - 1)], -1)
+    real = is_draft_row & (row_ids >= 0) & (row_ids < vocab_size)
+    safe_ids = torch.where(real, row_ids, 0)
+    p_draft = sample_target.gather(1, safe_ids[:, None]).squeeze(1)
+
+    draft = _draft_probs(batch, counts, request_of_row, position_of_row, is_draft_row, temperature, safe_ids)
+    row_accept_u = accept_u[request_of_row, position_of_row.clamp(max=accept_u.shape[1] - 1)]
+    if batch.method == "synthetic":
+        assert batch.synthetic_rates is not None
+        rates = batch.synthetic_rates.to(device)
+        rate = rates[position_of_row.clamp(max=rates.shape[0] - 1)]
+        accept = real & (row_accept_u.double() < rate)
+        strict_sample = None
+    elif batch.method == "strict":
+        strict_sample = _inverse_cdf(sample_target, sample_u[request_of_row, position_of_row])
+        accept = real & (strict_sample == row_ids)
+    else:
+        q_draft = draft.gather(1, safe_ids[:, None]).squeeze(1)
+        accept = real & (p_draft > row_accept_u * q_draft)
+        strict_sample = None
+
+    # First rejection per request: count accepts before the first non-accept.
+    accept_grid = torch.ones(num_requests, width, dtype=torch.bool, device=device)
+    accept_grid[request_of_row, position_of_row] = accept | ~is_draft_row
+    num_accepted = torch.cumprod(accept_grid.to(torch.int64), dim=1).sum(dim=1).clamp(max=counts_t)
+    final_row = starts + num_accepted
+    final_is_draft = num_accepted < counts_t
+    final_real = real[final_row]
+
+    weights = sample_target[final_row]
+    if batch.method == "probabilistic":
+        residual = torch.clamp(sample_target[final_row] - draft[final_row], min=0.0)
+        has_mass = residual.sum(dim=1) > 0
+        use_residual = (final_is_draft & final_real & has_mass & ~greedy[final_row])[:, None]
+        weights = torch.where(use_residual, residual, weights)
+    final_token = _inverse_cdf(weights, sample_u[torch.arange(num_requests, device=device), num_accepted])
+    if strict_sample is not None:
+        final_token = torch.where(final_is_draft & ~greedy[final_row], strict_sample[final_row], final_token)
+
+    token_ids = torch.full((num_requests, width), -1, dtype=torch.int64, device=device)
+    columns = torch.arange(width, device=device)[None, :]
+    grid_rows = starts[:, None] + columns.clamp(max=max_n)
+    grid_ids = torch.where(
+        columns < num_accepted[:, None], row_ids[grid_rows.clamp(max=row_ids.shape[0] - 1)], -1
+    )
+    token_ids = torch.where(columns == num_accepted[:, None], final_token[:, None], grid_ids)
+    emitted = columns <= num_accepted[:, None]
+    rows = grid_rows.clamp(max=target.shape[0] - 1)
+    with torch.no_grad():
+        probs = target[rows, token_ids.clamp(min=0)]
+    logprobs = torch.where(emitted, torch.log(probs), float("nan"))
+    return SpecOutput(
+        token_ids=token_ids.to(torch.int64),
+        num_emitted=(num_accepted + 1).to(torch.int32),
+        logprobs=logprobs.to(torch.float32),
+    )
+
+
+def _draft_probs(
+    batch: SpecBatch,
+    counts: list[int],
+    request_of_row: torch.Tensor,
+    position_of_row: torch.Tensor,
+    is_draft_row: torch.Tensor,
+    temperature: torch.Tensor,
+    safe_ids: torch.Tensor,
+) -> torch.Tensor:
+    """``[R, V]`` draft laws aligned with the target rows (zeros on bonus rows and unused rows)."""
+    num_rows, vocab_size = batch.target_logits.shape
+    device = batch.device
+    if batch.method != "probabilistic" or sum(counts) == 0:
+        return torch.zeros(1, vocab_size, device=device).expand(num_rows, vocab_size)
+    if batch.draft_logits is None:
+        one_hot = torch.nn.functional.one_hot(safe_ids, vocab_size).float()
+        return torch.where(is_draft_row[:, None], one_hot, 0.0)
+    if batch.slotted:
+        assert batch.draft_slot is not None
+        slots = batch.draft_slot.to(torch.int64)[request_of_row]
+        gathered = batch.draft_logits[slots, position_of_row.clamp(max=batch.draft_logits.shape[1] - 1)]
+    else:
+        cu = torch.tensor([0, *torch.tensor(counts).cumsum(0).tolist()], device=device)
+        gathered = batch.draft_logits[(cu[request_of_row] + position_of_row).clamp(max=sum(counts) - 1)]
+    safe_temperature = torch.where(temperature > 0, temperature, 1.0)
+    return torch.where(is_draft_row[:, None], row_probs(gathered, safe_temperature), 0.0)

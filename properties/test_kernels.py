@@ -1,0 +1,232 @@
+"""The Triton and PyTorch samplers keep the hard invariants, and Triton agrees with the float64 reference."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kernels import registry
+from kernels.agreement import coupled_agreement, hard_invariants
+from kernels.rejection import rejection_sample, vocab_layout
+from reference.contract import METHODS, RequestData, SpecBatch, SpecOutput, make_batch, split_output
+from reference.sampler import reference_sample
+
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+# Block edges of the small tiles the interpreter runs (16 is the smallest tile).
+VOCAB_SIZES = (1, 2, 3, 5, 15, 16, 17, 31, 33)
+TEMPERATURES = (0.0, 1e-30, 1e-3, 0.5, 1.0, 2.0, 1e4)
+FAMILIES = ("normal", "peaked", "ties", "masked", "odd", "p_equals_q", "p_near_q", "disjoint")
+
+
+def _logits(
+    family: str, rng: np.random.Generator, rows: int, vocab_size: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(target [rows, V], draft [rows, V])`` logits of one distribution family.
+
+    Families: Gaussian; one dominant token; integer logits (exact ties); random ``-inf`` masks
+    (whole rows too); NaN and ``+-inf`` sprinkled; ``p == q``; ``p ~= q`` within rounding; and
+    disjoint supports (``q = 0`` where ``p > 0``).
+    """
+    target = rng.normal(size=(rows, vocab_size)) * 2.0
+    draft = rng.normal(size=(rows, vocab_size)) * 2.0
+    if family == "peaked":
+        target[np.arange(rows), rng.integers(0, vocab_size, rows)] += 12.0
+        draft[np.arange(rows), rng.integers(0, vocab_size, rows)] += 12.0
+    elif family == "ties":
+        target, draft = np.round(target / 2), np.round(draft / 2)
+    elif family == "masked":
+        target[rng.random(target.shape) < 0.5] = -np.inf
+        draft[rng.random(draft.shape) < 0.5] = -np.inf
+    elif family == "odd":
+        for logits in (target, draft):
+            pick = rng.random(logits.shape)
+            logits[pick < 0.15] = np.nan
+            logits[(pick >= 0.15) & (pick < 0.3)] = -np.inf
+            logits[pick > 0.93] = np.inf
+    elif family == "p_equals_q":
+        draft = target.copy()
+    elif family == "p_near_q":
+        draft = target + rng.normal(size=target.shape) * 1e-6
+    elif family == "disjoint":
+        half = rng.random(vocab_size) < 0.5
+        target[:, half] = -np.inf
+        draft[:, ~half] = -np.inf
+    return target, draft
+
+
+@st.composite
+def batches(draw: st.DrawFn, max_requests: int = 4, max_drafts: int = 4) -> SpecBatch:
+    """A small batch of mixed requests: every method, dtype, draft layout and odd family.
+
+    Per request: draft count 0..max_drafts, temperature (0, tiny, ordinary, huge), distribution
+    family, drafts drawn from ``q`` or uniformly with placeholders and out-of-range ids, seed and step.
+    """
+    method = draw(st.sampled_from(METHODS))
+    vocab_size = draw(st.sampled_from(VOCAB_SIZES))
+    dtype = draw(st.sampled_from(DTYPES))
+    layout = draw(st.sampled_from(("one-hot", "flat", "slotted")))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    requests = []
+    for _ in range(draw(st.integers(1, max_requests))):
+        n = draw(st.integers(0, max_drafts))
+        target, draft = _logits(draw(st.sampled_from(FAMILIES)), rng, n + 1, vocab_size)
+        ids = rng.integers(0, vocab_size, n)
+        odd = rng.random(n)
+        ids[odd < 0.1] = -1
+        ids[(odd >= 0.1) & (odd < 0.15)] = vocab_size + rng.integers(0, 3)
+        ids[(odd >= 0.15) & (odd < 0.18)] = -7
+        requests.append(
+            RequestData(
+                target_logits=target,
+                draft_token_ids=ids,
+                draft_logits=None if layout == "one-hot" else draft[:n],
+                temperature=draw(st.sampled_from(TEMPERATURES)),
+                seed=draw(st.integers(-(2**63), 2**63 - 1)),
+                step=draw(st.integers(0, 2**32 - 1)),
+            )
+        )
+    slots = None
+    if layout == "slotted":
+        slots = draw(st.permutations(range(len(requests) + 1)))[: len(requests)]
+    rates = draw(st.lists(st.floats(0.0, 1.0), min_size=max_drafts, max_size=max_drafts))
+    return make_batch(requests, method=method, dtype=dtype, synthetic_rates=rates, slots=slots)
+
+
+def _requests(output: SpecOutput) -> list[tuple[list[int], list[float] | None]]:
+    return [(r.token_ids, r.logprobs) for r in split_output(output)]
+
+
+@given(batch=batches())
+def test_invariants_hold_and_only_near_ties_disagree_with_the_reference(batch: SpecBatch) -> None:
+    """Every output keeps the hard invariants and equals reference_sample except at near ties."""
+    output = rejection_sample(batch)
+    assert hard_invariants(batch, output) == []
+    agreement = coupled_agreement(batch, output)
+    assert agreement.unexplained == []
+    reference = reference_sample(batch)
+    assert agreement.mismatches == int((output.token_ids != reference.token_ids).any(dim=1).sum())
+
+
+@given(batch=batches(max_requests=3, max_drafts=3), data=st.data())
+def test_output_depends_only_on_the_request(batch: SpecBatch, data: st.DataObject) -> None:
+    """A request's output depends on its own data, seed and step, not on neighbours, order or slot."""
+    requests = _split_requests(batch)
+    order = data.draw(st.permutations(range(len(requests))))
+    neighbour = dataclasses.replace(requests[0], seed=requests[0].seed ^ 0x5EED, step=7)
+    crowded = [neighbour, *(requests[i] for i in order)]
+    slots = None
+    if batch.slotted:
+        slots = data.draw(st.permutations(range(len(crowded) + 2)))[: len(crowded)]
+    shuffled = make_batch(
+        crowded,
+        method=batch.method,
+        dtype=batch.target_logits.dtype,
+        synthetic_rates=None if batch.synthetic_rates is None else batch.synthetic_rates.numpy(),
+        slots=slots,
+    )
+    alone = _requests(rejection_sample(batch))
+    again = _requests(rejection_sample(batch))
+    together = _requests(rejection_sample(shuffled))
+    assert again == alone
+    for position, index in enumerate(order):
+        assert together[position + 1] == alone[index]
+
+
+def _split_requests(batch: SpecBatch) -> list[RequestData]:
+    """The per-request data of a batch, drafts read through their slots."""
+    cu = batch.cu_num_drafts.tolist()
+    requests = []
+    for b in range(batch.num_requests):
+        start, end = cu[b], cu[b + 1]
+        if batch.draft_logits is None:
+            draft = None
+        elif batch.draft_slot is not None:
+            draft = batch.draft_logits[int(batch.draft_slot[b]), : end - start].float()
+        else:
+            draft = batch.draft_logits[start:end].float()
+        requests.append(
+            RequestData(
+                target_logits=batch.target_logits[start + b : end + b + 1].float(),
+                draft_token_ids=batch.draft_token_ids[start:end],
+                draft_logits=draft,
+                temperature=float(batch.temperature[b]),
+                seed=int(batch.seed[b]),
+                step=int(batch.step[b]),
+            )
+        )
+    return requests
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_near_ties_are_rare_on_ordinary_batches(method: str) -> None:
+    """On 96 ordinary requests, at most 1% of decisions are near ties and only those disagree."""
+    rng = np.random.default_rng(METHODS.index(method))
+    vocab_size, n = 33, 3
+    requests = [
+        RequestData(
+            target_logits=rng.normal(size=(n + 1, vocab_size)) * 2,
+            draft_token_ids=rng.integers(0, vocab_size, n),
+            draft_logits=rng.normal(size=(n, vocab_size)) * 2,
+            temperature=float(rng.choice([0.0, 0.7, 1.0])),
+            seed=int(rng.integers(0, 2**62)),
+            step=b,
+        )
+        for b in range(96)
+    ]
+    batch = make_batch(requests, method=method, synthetic_rates=[0.9, 0.8, 0.7])
+    output = rejection_sample(batch)
+    agreement = coupled_agreement(batch, output)
+    assert agreement.unexplained == []
+    assert agreement.near_ties <= 0.01 * agreement.num_decisions
+    assert agreement.mismatches <= agreement.near_ties
+    assert hard_invariants(batch, output) == []
+
+
+def test_split_vocabulary_agrees_with_the_reference() -> None:
+    """A vocabulary cut into several splits and tiles per split gives the reference's samples."""
+    vocab_size = 4096 * 33 + 5  # 34 tiles: 2 tiles in each of 17 splits
+    layout = vocab_layout(vocab_size)
+    assert layout.tiles_per_split == 2 and layout.num_splits == 17
+    rng = np.random.default_rng(11)
+    requests = [
+        RequestData(
+            target_logits=rng.normal(size=(2, vocab_size)) * 3,
+            draft_token_ids=[int(rng.integers(0, vocab_size))],
+            draft_logits=rng.normal(size=(1, vocab_size)) * 3,
+            temperature=1.0,
+            seed=seed,
+        )
+        for seed in range(2)
+    ]
+    for method in METHODS:
+        batch = make_batch(requests, method=method, synthetic_rates=[0.5])
+        output = rejection_sample(batch)
+        assert hard_invariants(batch, output) == []
+        assert coupled_agreement(batch, output).unexplained == []
+
+
+@pytest.mark.parametrize("name", ["triton", "torch"])
+@given(batch=batches(max_requests=3, max_drafts=3))
+def test_registered_variants_keep_the_invariants(name: str, batch: SpecBatch) -> None:
+    """Every registered sampler keeps the hard invariants; the canonical flag says which streams it uses."""
+    variant = registry.get(name)
+    assert variant.canonical_rng == (name == "triton")
+    assert hard_invariants(batch, variant(batch)) == []
+
+
+def test_torch_sampler_is_deterministic_per_request() -> None:
+    """The PyTorch sampler's output depends on each request's own seed and step only."""
+    rng = np.random.default_rng(5)
+    requests = [
+        RequestData(rng.normal(size=(4, 9)), rng.integers(0, 9, 3), rng.normal(size=(3, 9)), 1.0, seed=s)
+        for s in range(6)
+    ]
+    sampler = registry.get("torch")
+    alone = _requests(sampler(make_batch(requests)))
+    reversed_output = _requests(sampler(make_batch(requests[::-1])))
+    assert reversed_output[::-1] == alone
