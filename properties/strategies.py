@@ -1,0 +1,377 @@
+"""Hypothesis strategies for speculative-decoding batches: distribution families and batch shapes.
+
+Hypothesis draws parameters (a family, a vocabulary size, draft counts, temperatures, seeds, a numpy
+seed); numpy builds the vocab-sized arrays from the drawn seed, never element by element, so a
+failing example replays and shrinks on its parameters. Every strategy says which bugs its inputs
+expose (the ids are those of MUTANTS.md).
+
+Sizes follow a profile (`PROFILE_SIZES`): ``ci`` and ``dev`` keep the vocabularies and grids small
+enough for the Triton interpreter; ``gpu`` and ``nightly`` reach 256K-token vocabularies and large
+batches. Block sizes are a parameter: vocabulary sizes gather at ``BLOCK - 1``, ``BLOCK`` and
+``BLOCK + 1`` of each, where tiling bugs live.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import torch
+from hypothesis import strategies as st
+
+from reference.contract import MAX_STEP, METHODS, Method, RequestData, SpecBatch, make_batch
+from reference.law import row_probs
+from reference.synthetic import conditional_rates, synthetic_params
+
+F64Array = npt.NDArray[np.float64]
+
+FAMILIES = (
+    "peaked",
+    "flat",
+    "zipf",
+    "sparse",
+    "equal",
+    "near_equal",
+    "disjoint",
+    "draft_zero",
+    "ties",
+    "tiny",
+    "needle",
+    "odd",
+)
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+DRAFT_KINDS = ("one-hot", "flat", "slotted")
+DRAFT_CHOICES = ("from_q", "argmax", "uniform", "zero_prob", "last_id")
+# Temperatures: greedy, tiny (logits / T overflow float32), cold, 1, hot, huge (nearly uniform).
+TEMPERATURES = (0.0, 1e-30, 1e-3, 0.5, 1.0, 2.0, 50.0, 1e4)
+# Tiles of the production kernel: 16 lanes at least, 4096 at most; 32 splits of 4096 = 131072.
+DEFAULT_BLOCK_SIZES = (16, 4096)
+GPU_BLOCK_SIZES = (16, 4096, 131072)
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How large a profile's batches get.
+
+    Attributes:
+        max_vocab: the largest vocabulary size drawn.
+        max_requests: the most requests in a batch.
+        max_drafts: the most drafts of one request.
+        block_sizes: tile widths whose edges vocabulary sizes gather at.
+    """
+
+    max_vocab: int
+    max_requests: int
+    max_drafts: int
+    block_sizes: tuple[int, ...]
+
+
+PROFILE_SIZES = {
+    "ci": Sizes(max_vocab=4097, max_requests=4, max_drafts=4, block_sizes=DEFAULT_BLOCK_SIZES),
+    "dev": Sizes(max_vocab=4097, max_requests=6, max_drafts=6, block_sizes=DEFAULT_BLOCK_SIZES),
+    "gpu": Sizes(max_vocab=262144, max_requests=64, max_drafts=8, block_sizes=GPU_BLOCK_SIZES),
+    "nightly": Sizes(max_vocab=262144, max_requests=256, max_drafts=16, block_sizes=GPU_BLOCK_SIZES),
+}
+
+
+def profile_sizes(profile: str | None = None) -> Sizes:
+    """The sizes of ``profile`` (default: the ``HYPOTHESIS_PROFILE`` environment variable, else ``dev``)."""
+    name = profile or os.environ.get("HYPOTHESIS_PROFILE", "dev")
+    if name not in PROFILE_SIZES:
+        raise ValueError(f"profile is {name!r}; expected one of {', '.join(PROFILE_SIZES)}")
+    return PROFILE_SIZES[name]
+
+
+# ---------------------------------------------------------------------------------------------
+# Vocabulary sizes, temperatures, seeds
+
+
+def vocab_sizes(
+    max_vocab: int = 4097, block_sizes: Sequence[int] = DEFAULT_BLOCK_SIZES
+) -> st.SearchStrategy[int]:
+    """Vocabulary sizes: 1, 2, 3, the edges ``BLOCK - 1, BLOCK, BLOCK + 1`` of each block, and any size.
+
+    Exposes tiling bugs: a last tile dropped or read unmasked (M16), a split boundary off by one, a
+    one-token vocabulary where every draft is the argmax.
+    """
+    edges = sorted({v for b in block_sizes for v in (b - 1, b, b + 1) if 1 <= v <= max_vocab} | {1, 2, 3})
+    return st.one_of(
+        st.sampled_from(edges),
+        st.integers(1, min(64, max_vocab)),
+        st.integers(1, max_vocab),
+    )
+
+
+def temperatures() -> st.SearchStrategy[float]:
+    """Temperatures: 0 (greedy), tiny, cold, 1, hot, huge, and any value in between.
+
+    Exposes greedy rows sent through the probabilistic path (M14), temperature applied twice or not
+    at all to the drafts (M12, M13), and overflow of ``logits / T`` at tiny temperatures.
+    """
+    return st.one_of(st.sampled_from(TEMPERATURES), st.floats(0.0625, 16.0, width=32))
+
+
+def seeds() -> st.SearchStrategy[int]:
+    """Request seeds over the whole int64 range: the Philox key's high word and sign matter too."""
+    return st.integers(-(2**63), 2**63 - 1)
+
+
+def steps() -> st.SearchStrategy[int]:
+    """Steps: 0, small, and up to ``2**32 - 1``, where the offset layout's high bits are used."""
+    return st.one_of(st.just(0), st.integers(0, 100), st.integers(0, MAX_STEP - 1))
+
+
+# ---------------------------------------------------------------------------------------------
+# Distribution families
+
+
+def family_logits(
+    rng: np.random.Generator, family: str, num_drafts: int, vocab_size: int, block_size: int = 4096
+) -> tuple[F64Array, F64Array]:
+    """``(target [n + 1, V], draft [n, V])`` logits of one family, built with numpy from ``rng``.
+
+    Families (and the bugs they expose):
+
+    - ``peaked``: one dominant token per row. Acceptance near 1, residual mass in a sliver: an
+      unnormalised or mis-normalised residual (M05) and catastrophic cancellation in ``p - q``.
+    - ``flat``: nearly equal logits. Many tokens of similar mass: inverse-CDF off-by-one errors and
+      wrong residual normalisers (M05) move visible mass.
+    - ``zipf``: logits ``-s log(rank)`` over a random permutation, the shape of a language model's
+      law: a heavy head and a long tail, so tail bugs (M16) and head bugs both show.
+    - ``sparse``: ``-inf`` masks over most of the vocabulary (whole rows now and then). Zero-probability
+      ids must never be emitted or accepted (M01, M19); masked lanes must not win ties (M16).
+    - ``equal``: ``q == p`` exactly. Every draft is accepted and the residual has no mass: division by
+      a zero residual mass, NaN fallbacks (M05, M19).
+    - ``near_equal``: ``q == p`` up to rounding-sized noise. The residual is rounding noise: its sign
+      handling (M03) and normalisation (M05) decide the output.
+    - ``disjoint``: the supports of ``p`` and ``q`` are disjoint. Every draft is rejected and the
+      residual is ``p`` itself: an unclamped residual (M03) or one that subtracts ``q`` at the draft
+      only (M04) is badly wrong.
+    - ``draft_zero``: ``q = 0`` on part of ``p``'s support. ``p / q`` is infinite there: ratio tests
+      that divide instead of multiply, and residuals that assume ``q > 0``.
+    - ``ties``: integer logits, so exact ties everywhere. Tie breaking (lowest index), greedy chains
+      (M14) and Gumbel-max ties.
+    - ``tiny``: logit gaps of 80 to 110, so most probabilities lie near or below float32 subnormals.
+      Underflow to zero, flush-to-zero on the GPU, ``log(0)`` and mass lost in the tail.
+    - ``needle``: all mass on a few adversarial ids (0, ``V - 1``, the last tile, block edges) in a
+      vocabulary that is otherwise ``-inf``: a dropped last tile (M16), a wrong row offset (M11),
+      an out-of-vocabulary lane that wins a tie.
+    - ``odd``: NaN, ``+inf`` and ``-inf`` sprinkled in. NaN must count as ``-inf`` and never yield an
+      id ``>= V`` (M17); ``+inf`` rows are uniform over their ``+inf`` entries.
+
+    Args:
+        rng: the generator the arrays are drawn from.
+        family: one of `FAMILIES`.
+        num_drafts: ``n``.
+        vocab_size: ``V``.
+        block_size: the tile width whose last tile ``needle`` aims at.
+    """
+    rows, vocab = num_drafts + 1, vocab_size
+    target = rng.normal(size=(rows, vocab)) * 2.0
+    draft = rng.normal(size=(num_drafts, vocab)) * 2.0
+    if family == "peaked":
+        for logits in (target, draft):
+            peak = logits.max(axis=1, initial=0.0) + rng.uniform(6, 15, size=logits.shape[0])
+            logits[np.arange(logits.shape[0]), rng.integers(0, vocab, logits.shape[0])] = peak
+    elif family == "flat":
+        target = rng.normal(size=(rows, vocab)) * 0.05
+        draft = rng.normal(size=(num_drafts, vocab)) * 0.05
+    elif family == "zipf":
+        exponent = rng.uniform(0.6, 1.6)
+        for logits in (target, draft):
+            ranks = np.argsort(rng.random(size=logits.shape), axis=1) + 1
+            logits[...] = -exponent * np.log(ranks)
+    elif family == "sparse":
+        keep = rng.uniform(0.05, 0.5)
+        for logits in (target, draft):
+            logits[rng.random(size=logits.shape) > keep] = -np.inf
+            full_mask = rng.random(logits.shape[0]) < 0.05
+            logits[full_mask] = -np.inf
+    elif family == "equal":
+        draft = target[:num_drafts].copy()
+    elif family == "near_equal":
+        draft = target[:num_drafts] * (1 + rng.normal(size=(num_drafts, vocab)) * 1e-7)
+    elif family == "disjoint":
+        half = rng.random(vocab) < 0.5
+        target[:, half] = -np.inf
+        draft[:, ~half] = -np.inf
+    elif family == "draft_zero":
+        hole = rng.random(size=draft.shape) < rng.uniform(0.2, 0.8)
+        if vocab > 1:
+            hole[np.arange(num_drafts), rng.integers(1, vocab, num_drafts)] = True
+        hole[:, 0] = False  # q keeps some mass
+        draft[hole] = -np.inf
+    elif family == "ties":
+        target = np.round(rng.normal(size=(rows, vocab)))
+        draft = np.round(rng.normal(size=(num_drafts, vocab)))
+    elif family == "tiny":
+        for logits in (target, draft):
+            logits[...] = -rng.uniform(80, 110, size=logits.shape)
+            logits[np.arange(logits.shape[0]), rng.integers(0, vocab, logits.shape[0])] = 0.0
+    elif family == "needle":
+        last_tile = vocab - (vocab % block_size or block_size)
+        candidates = np.unique(
+            np.clip([0, vocab - 1, last_tile, last_tile - 1, block_size - 1, block_size], 0, vocab - 1)
+        )
+        for logits in (target, draft):
+            logits[...] = -np.inf
+            for row in range(logits.shape[0]):
+                chosen = rng.choice(candidates, size=rng.integers(1, candidates.size + 1), replace=False)
+                logits[row, chosen] = rng.normal(size=chosen.size) * 2.0
+    elif family == "odd":
+        for logits in (target, draft):
+            pick = rng.random(size=logits.shape)
+            logits[pick < 0.15] = np.nan
+            logits[(pick >= 0.15) & (pick < 0.3)] = -np.inf
+            logits[pick > 0.95] = np.inf
+    elif family != "normal":
+        raise ValueError(f"family is {family!r}; expected one of {', '.join(FAMILIES)}")
+    return target, draft
+
+
+def choose_drafts(
+    rng: np.random.Generator,
+    choice: str,
+    target: F64Array,
+    draft: F64Array,
+    temperature: float,
+    placeholder_rate: float,
+) -> npt.NDArray[np.int64]:
+    """Draft ids for one request: drawn from ``q``, the target's argmax, uniform, of ``p = 0``, or ``V - 1``.
+
+    Then each position becomes a placeholder ``-1`` with probability ``placeholder_rate`` (and, one
+    time in ten of those, an out-of-range id, which the contract reads as a placeholder). Drafts of
+    probability 0 under ``p`` bait a non-strict acceptance test (M01); placeholders bait M20.
+    """
+    n, vocab = draft.shape
+    if choice == "from_q" and temperature > 0:
+        ids = np.array([rng.choice(vocab, p=row_probs(row, temperature)) for row in draft], dtype=np.int64)
+    elif choice == "argmax":
+        ids = np.argmax(np.where(np.isnan(target[:n]), -np.inf, target[:n]), axis=1).astype(np.int64)
+    elif choice == "zero_prob":
+        ids = rng.integers(0, vocab, n)
+        for i in range(n):
+            zeros = np.nonzero(~(target[i] > -np.inf))[0]  # -inf and NaN logits: probability 0
+            if zeros.size:
+                ids[i] = rng.choice(zeros)
+    elif choice == "last_id":
+        ids = np.full(n, vocab - 1, dtype=np.int64)
+    else:
+        ids = rng.integers(0, vocab, n)
+    placeholder = rng.random(n) < placeholder_rate
+    odd = placeholder & (rng.random(n) < 0.1)
+    ids = np.where(placeholder, -1, ids)
+    return np.where(odd, vocab + rng.integers(0, 3, n), ids).astype(np.int64)
+
+
+# ---------------------------------------------------------------------------------------------
+# Batches
+
+
+@st.composite
+def spec_batches(
+    draw: st.DrawFn,
+    *,
+    methods: Sequence[str] = METHODS,
+    profile: str | None = None,
+    max_vocab: int | None = None,
+    max_requests: int | None = None,
+    max_drafts: int | None = None,
+    block_sizes: Sequence[int] | None = None,
+    families: Sequence[str] = FAMILIES,
+    dtypes: Sequence[torch.dtype] = DTYPES,
+    draft_kinds: Sequence[str] = DRAFT_KINDS,
+    greedy: bool = True,
+    placeholders: bool = True,
+    device: str | torch.device = "cpu",
+) -> SpecBatch:
+    """Valid `SpecBatch` objects mixing every family, shape and odd case of DESIGN.md.
+
+    One batch draws a method, a vocabulary size (block edges included), a logit dtype and a kind of
+    draft logits (one-hot, flat ``[D, V]`` or slotted ``[S, K, V]`` under a random slot permutation
+    with spare slots), then 1 to ``max_requests`` requests, each with its own draft count (0
+    included: ragged batches), family, temperature (greedy rows mixed with sampled ones), draft
+    choice, placeholders, seed and step; synthetic batches get conditional rates from a mean target
+    or explicit ones (0 and 1 included).
+
+    Exposes: per-request parameters read from the wrong request (M15 slots, M18 seeds), ragged
+    offsets (M11), greedy rows on the sampling path (M14), placeholders accepted (M20), and every
+    family's bugs (see `family_logits`).
+
+    Args:
+        methods: the methods to draw from.
+        profile: a key of `PROFILE_SIZES` (default: ``HYPOTHESIS_PROFILE``, else ``dev``); the
+            explicit size arguments override it.
+        max_vocab, max_requests, max_drafts, block_sizes: size overrides.
+        families: the distribution families to draw from.
+        dtypes: the logit dtypes to draw from.
+        draft_kinds: a subset of ``("one-hot", "flat", "slotted")``.
+        greedy: whether requests may be greedy (``T = 0``).
+        placeholders: whether drafts may be placeholders.
+        device: where the batch's tensors live.
+    """
+    sizes = profile_sizes(profile)
+    vocab_cap = max_vocab or sizes.max_vocab
+    blocks = tuple(block_sizes or sizes.block_sizes)
+    method: Method = draw(st.sampled_from(list(methods)))
+    vocab_size = draw(vocab_sizes(vocab_cap, blocks))
+    dtype = draw(st.sampled_from(list(dtypes)))
+    kind = draw(st.sampled_from(list(draft_kinds)))
+    block_size = draw(st.sampled_from(blocks))
+    num_requests = draw(st.integers(1, max_requests or sizes.max_requests))
+    drafts_cap = max_drafts if max_drafts is not None else sizes.max_drafts
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    placeholder_rate = draw(st.sampled_from([0.0, 0.2])) if placeholders else 0.0
+    temperature_choices = temperatures() if greedy else temperatures().filter(lambda t: t > 0)
+    requests = []
+    for _ in range(num_requests):
+        n = draw(st.integers(0, drafts_cap))
+        family = draw(st.sampled_from(list(families)))
+        temperature = draw(temperature_choices)
+        target, draft = family_logits(rng, family, n, vocab_size, block_size)
+        choice = draw(st.sampled_from(DRAFT_CHOICES))
+        ids = choose_drafts(rng, choice, target, draft, temperature, placeholder_rate)
+        requests.append(
+            RequestData(
+                target_logits=target,
+                draft_token_ids=ids,
+                draft_logits=None if kind == "one-hot" else draft,
+                temperature=temperature,
+                seed=draw(seeds()),
+                step=draw(steps()),
+            )
+        )
+    most = max(len(r.draft_token_ids) for r in requests)  # type: ignore[arg-type]
+    rates = None
+    if method == "synthetic":
+        if draw(st.booleans()):
+            mean = draw(st.floats(0.0, 1.0))
+            rates = conditional_rates(*synthetic_params(mean, max(most, 1)), max(most, 1))
+        else:
+            rates = np.array(
+                draw(
+                    st.lists(
+                        st.sampled_from([0.0, 0.3, 0.7, 1.0]) | st.floats(0, 1),
+                        min_size=max(most, 1),
+                        max_size=max(most, 1),
+                    )
+                )
+            )
+    slots, num_slots, capacity = None, None, None
+    if kind == "slotted":
+        num_slots = num_requests + draw(st.integers(0, 3))
+        slots = [int(s) for s in rng.permutation(num_slots)[:num_requests]]
+        capacity = max(most, 1) + draw(st.integers(0, 2))
+    return make_batch(
+        requests,
+        method=method,
+        dtype=dtype,
+        synthetic_rates=rates,
+        slots=slots,
+        num_slots=num_slots,
+        slot_capacity=capacity,
+        device=device,
+    )

@@ -1,0 +1,104 @@
+"""`properties.strategies`: valid batches, and every family has the property its bugs need."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from properties import strategies
+from properties.strategies import FAMILIES, choose_drafts, family_logits, profile_sizes, vocab_sizes
+from reference.contract import SpecBatch
+from reference.law import row_probs
+
+
+@given(batch=strategies.spec_batches(profile="ci"))
+def test_spec_batches_are_valid_and_within_the_profile(batch: SpecBatch) -> None:
+    """Every generated batch validates and stays within the ci profile's sizes."""
+    batch.validate()
+    sizes = profile_sizes("ci")
+    assert batch.vocab_size <= sizes.max_vocab
+    assert 1 <= batch.num_requests <= sizes.max_requests
+    assert max(batch.num_drafts()) <= sizes.max_drafts
+
+
+@given(batch=strategies.spec_batches(profile="ci", greedy=False, placeholders=False, draft_kinds=("flat",)))
+def test_spec_batches_honour_their_switches(batch: SpecBatch) -> None:
+    """Without greedy rows and placeholders, temperatures are positive, ids real and drafts flat."""
+    assert bool((batch.temperature > 0).all())
+    assert bool(((batch.draft_token_ids >= 0) & (batch.draft_token_ids < batch.vocab_size)).all())
+    assert batch.draft_logits is not None and not batch.slotted
+
+
+def test_vocab_sizes_reach_every_block_edge() -> None:
+    """BLOCK - 1, BLOCK and BLOCK + 1 of every block size, and 1, are drawn."""
+    seen: set[int] = set()
+
+    @settings(max_examples=400, database=None, derandomize=True)
+    @given(vocab_sizes(5000, (16, 4096)))
+    def collect(v: int) -> None:
+        assert 1 <= v <= 5000
+        seen.add(v)
+
+    collect()
+    assert {1, 15, 16, 17, 4095, 4096, 4097} <= seen
+
+
+def _probs(logits: np.ndarray) -> np.ndarray:
+    return np.array([row_probs(row, 1.0) for row in logits])
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 4), vocab_size=st.integers(8, 600))
+def test_families_have_their_defining_property(family: str, seed: int, n: int, vocab_size: int) -> None:
+    """Each family's logits have the property that exposes its bugs (see family_logits)."""
+    rng = np.random.default_rng(seed)
+    target, draft = family_logits(rng, family, n, vocab_size, block_size=64)
+    assert target.shape == (n + 1, vocab_size) and draft.shape == (n, vocab_size)
+    p, q = _probs(target), _probs(draft)
+    if family == "peaked":
+        assert (np.sort(target, axis=1)[:, -1] - np.sort(target, axis=1)[:, -2] > 6).all()
+    elif family == "flat":
+        assert (np.abs(target).max(axis=1) < 1).all()
+    elif family == "sparse":
+        assert np.isneginf(target).any()
+    elif family == "equal":
+        np.testing.assert_array_equal(draft, target[:n])
+    elif family == "near_equal":
+        assert (np.abs(draft - target[:n]) <= 1e-5 * (1 + np.abs(target[:n]))).all()
+        assert not np.array_equal(draft, target[:n])
+    elif family == "disjoint":
+        assert (p[:n] * q == 0).all()
+    elif family == "draft_zero":
+        assert ((q == 0) & (p[:n] > 0)).any()
+    elif family == "ties":
+        assert (target == np.round(target)).all()
+    elif family == "tiny":
+        assert (p[p > 0].min() < 1e-30) and (p[p > 0].min() > 0)
+    elif family == "needle":
+        last_tile = vocab_size - (vocab_size % 64 or 64)
+        allowed = {0, vocab_size - 1, last_tile, last_tile - 1, 63, 64}
+        assert set(np.nonzero(np.isfinite(target))[1].tolist()) <= allowed
+    elif family == "odd":
+        assert not np.isfinite(np.concatenate([target, draft])).all()
+
+
+@given(seed=st.integers(0, 2**32 - 1))
+def test_zero_probability_drafts_are_drafted_when_they_exist(seed: int) -> None:
+    """The zero_prob choice drafts a token of target probability 0 wherever the row has one (M01 bait)."""
+    rng = np.random.default_rng(seed)
+    target, draft = family_logits(rng, "sparse", 4, 50)
+    ids = choose_drafts(rng, "zero_prob", target, draft, 1.0, placeholder_rate=0.0)
+    for i, d in enumerate(ids):
+        if np.isneginf(target[i]).any():
+            assert np.isneginf(target[i, d])
+
+
+@settings(max_examples=5)
+@given(batch=strategies.spec_batches(profile="ci", device="cpu"))
+def test_spec_batches_build_on_the_requested_device(batch: SpecBatch) -> None:
+    """The device argument places every tensor of the batch."""
+    assert batch.device == torch.device("cpu")
+    assert batch.draft_token_ids.device == batch.seed.device == torch.device("cpu")
