@@ -2,16 +2,18 @@
 
 Two measurements of a call:
 
-- **GPU time** (`ColdCallTimer` with `EventClock`): each round flushes the L2 by writing a buffer
-  several times its size, then times one call between two CUDA events. The flush keeps the GPU
-  busy while Python enqueues the call's launches, so the events see the kernels back to back and
-  not the host's launch overhead; it also evicts the inputs, so every round reads them from device
-  memory as a serving step would (the effect of rotating among input sets larger than the L2,
-  without the memory). pytest-benchmark reads `EventClock` before and after each round; the timed
-  call advances it by the event time, so the recorded duration is exactly the GPU time.
+- **GPU time** (`ColdCallTimer` with `EventClock`): before each round the L2 is flushed (a write
+  several times its size) and the GPU is then held busy by a spin kernel for about twice the
+  host's dispatch time of the call; only then is the call timed between two CUDA events. The hold
+  lets Python enqueue every launch before the first one runs, so the events see the kernels back
+  to back and not the launcher's host overhead (about 170 us a call, measured: without the hold,
+  small shapes timed the host). The flush evicts the inputs, so every round reads them from device
+  memory as a serving step would: the effect of rotating among input sets larger than the L2,
+  without the memory. pytest-benchmark reads `EventClock` before and after each round; the timed
+  call advances it by the event time, so each recorded duration is exactly the GPU time.
 - **Call latency** (`ColdCallTimer.synchronised_call` with the default ``perf_counter`` timer): a
   flush and a synchronisation outside the timed region, then the call and a synchronisation inside
-  it: the time a user waits from Python for a result.
+  it: the time a user waits from Python for a result, host overhead included.
 
 `measure_ceilings` times a large device-to-device copy and a large read-only reduction once per
 session; the floor of a benchmark is its bytes over the copy bandwidth (see `Ceilings`).
@@ -30,19 +32,26 @@ from typing import Any
 import torch
 import triton
 
-# The flush writes max(FLUSH_MIN_BYTES, FLUSH_L2_MULTIPLE x L2) bytes: at 512 MiB it keeps an H100
-# or H200 busy for about 0.15 ms, longer than the host needs to enqueue one sampler call.
-FLUSH_MIN_BYTES = 512 << 20
+# The flush writes max(FLUSH_MIN_BYTES, FLUSH_L2_MULTIPLE x L2) bytes, several times any Hopper L2.
+FLUSH_MIN_BYTES = 256 << 20
 FLUSH_L2_MULTIPLE = 8
 CEILING_BYTES = 2 << 30
 CEILING_REPEATS = 30
+# The spin after the flush lasts HOLD_DISPATCH_MULTIPLE x the call's host dispatch time plus
+# HOLD_EXTRA_SECONDS, at most HOLD_MAX_SECONDS (a variant that synchronises inside the call, like
+# the PyTorch one, gains nothing from a longer hold).
+HOLD_DISPATCH_MULTIPLE = 2.0
+HOLD_EXTRA_SECONDS = 20e-6
+HOLD_MAX_SECONDS = 2e-3
+SPIN_CALIBRATION_CYCLES = 1_000_000
 # Rounds per benchmark: enough for a stable median within a time budget per benchmark. The gate
-# spends more per benchmark than the full grid, whose 1152 cases must fit in minutes.
-ROUND_BUDGET_SECONDS = {"gate": 0.3, "full": 0.03, "smoke": 0.0}
-MIN_ROUNDS = {"gate": 20, "full": 3, "smoke": 1}
-MAX_ROUNDS = {"gate": 200, "full": 20, "smoke": 1}
-# Host work between timed rounds (flush, synchronisation, Python), for the round estimate.
-ROUND_OVERHEAD_SECONDS = 3e-4
+# spends more per benchmark than the full grid, whose 1152 cases must fit in minutes; there, large
+# cases (a millisecond and more, whose rounds agree to a fraction of a percent) get one round.
+ROUND_BUDGET_SECONDS = {"gate": 0.3, "full": 0.01, "smoke": 0.0}
+MIN_ROUNDS = {"gate": 20, "full": 1, "smoke": 1}
+MAX_ROUNDS = {"gate": 200, "full": 10, "smoke": 1}
+# Host work between timed rounds (flush, hold, synchronisation, Python), for the round estimate.
+ROUND_OVERHEAD_SECONDS = 5e-4
 
 
 def rounds_for(grid: str, estimate_seconds: float) -> int:
@@ -88,10 +97,34 @@ class ColdCallTimer:
         self.start = torch.cuda.Event(enable_timing=True)
         self.end = torch.cuda.Event(enable_timing=True)
         self.dispatch_seconds: list[float] = []
+        self.hold_seconds = 0.0
+        self._spin_cycles_per_second: float | None = None
 
     def flush(self) -> None:
         """Evict the L2 by overwriting the flush buffer (enqueued, not waited for)."""
         self.flush_buffer.zero_()
+
+    def hold_for_dispatch(self, dispatch_seconds: float) -> None:
+        """Size the spin of `prepare_round` for a call whose host dispatch takes ``dispatch_seconds``."""
+        wanted = HOLD_DISPATCH_MULTIPLE * dispatch_seconds + HOLD_EXTRA_SECONDS
+        self.hold_seconds = min(HOLD_MAX_SECONDS, wanted)
+
+    def prepare_round(self) -> None:
+        """Flush the L2, then keep the GPU busy for `hold_seconds` (both enqueued, not waited for)."""
+        self.flush()
+        if self.hold_seconds > 0:
+            torch.cuda._sleep(int(self.hold_seconds * self.spin_cycles_per_second()))
+
+    def spin_cycles_per_second(self) -> float:
+        """The rate of the spin kernel's clock, measured once."""
+        if self._spin_cycles_per_second is None:
+            torch.cuda._sleep(SPIN_CALIBRATION_CYCLES)
+            self.start.record()
+            torch.cuda._sleep(SPIN_CALIBRATION_CYCLES)
+            self.end.record()
+            self.end.synchronize()
+            self._spin_cycles_per_second = SPIN_CALIBRATION_CYCLES / (self.start.elapsed_time(self.end) / 1e3)
+        return self._spin_cycles_per_second
 
     def flush_and_wait(self) -> None:
         """Evict the L2 and wait until the device is idle."""
@@ -113,23 +146,16 @@ class ColdCallTimer:
         self.clock.seconds += self.start.elapsed_time(self.end) / 1e3
         return result
 
-    def gpu_seconds(self, fn: Callable[..., Any], *args: Any) -> float:
-        """The GPU time of one cold call of ``fn(*args)`` in seconds, outside pytest-benchmark."""
-        self.flush()
-        before = self.clock.seconds
-        self.timed_call(fn, *args)
-        return self.clock.seconds - before
+    def probe(self, fn: Callable[..., Any], *args: Any) -> tuple[float, float, Any]:
+        """One cold call of ``fn(*args)`` outside pytest-benchmark, with the current hold.
 
-    def flush_seconds(self, repeats: int = 10) -> float:
-        """The median GPU time of one flush, in seconds."""
-        times = []
-        for _ in range(repeats):
-            self.start.record()
-            self.flush()
-            self.end.record()
-            self.end.synchronize()
-            times.append(self.start.elapsed_time(self.end) / 1e3)
-        return statistics.median(times)
+        Returns:
+            The GPU time and the host dispatch time in seconds, and the call's result.
+        """
+        self.prepare_round()
+        before = self.clock.seconds
+        result = self.timed_call(fn, *args)
+        return self.clock.seconds - before, self.dispatch_seconds.pop(), result
 
     @staticmethod
     def synchronised_call(fn: Callable[..., Any], *args: Any) -> Any:
