@@ -1,0 +1,254 @@
+"""`properties.checks` on its own: the verdict API, replay from a seed, and planted bugs it kills."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from unittest import mock
+
+import numpy as np
+import pytest
+import torch
+
+import reference.sampler
+from properties.canonical import VectorisedSampler
+from properties.checks import (
+    CHECKS,
+    FAILED_EXACT_DISCREPANCY,
+    Verdict,
+    check_composition,
+    check_coupled,
+    check_invariants,
+    check_law_of_m,
+    check_law_of_y,
+    check_marginal,
+    discrepancy,
+    run_checks,
+)
+from reference.contract import RequestData, SpecBatch, SpecOutput, make_batch
+from reference.law import F64Array
+from reference.sampler import RequestNoise, canonical_noise, reference_sample
+
+# Each statistical verdict below has alpha 1e-6 (Holm-split across its tests); at N = 2000 trials the
+# law-of-m check detects a shift of about 0.07 in any P(m = j) and the law-of-y check a total
+# variation of about 0.12 on the joint law of (m, y), both with power 0.999 (the verdicts say so).
+ALPHA = 1e-6
+NUM_SAMPLES = 2000
+
+
+class Planted:
+    """A sampler with a planted bug, built from the reference by changing its inputs or its noise."""
+
+    def __init__(self, name: str, sample: Callable[[SpecBatch], SpecOutput], canonical_rng: bool) -> None:
+        self.name = name
+        self.canonical_rng = canonical_rng
+        self._sample = sample
+
+    def __call__(self, batch: SpecBatch) -> SpecOutput:
+        """Sample ``batch`` with the bug."""
+        return self._sample(batch)
+
+
+def _batch(method: str = "probabilistic", slots: bool = False) -> SpecBatch:
+    """Two requests with draft logits, one greedy row mixed in, ragged counts."""
+    rng = np.random.default_rng(7)
+    vocab_size = 24
+    requests = [
+        RequestData(
+            rng.normal(size=(4, vocab_size)) * 1.5, [1, 2, 3], rng.normal(size=(3, vocab_size)) * 1.5, 1.0
+        ),
+        RequestData(rng.normal(size=(3, vocab_size)), [4, -1], rng.normal(size=(2, vocab_size)), 0.7, step=5),
+        RequestData(rng.normal(size=(2, vocab_size)), [0], rng.normal(size=(1, vocab_size)), 0.0),
+    ]
+    return make_batch(
+        requests,
+        method=method,
+        synthetic_rates=[0.8, 0.5, 0.4],
+        slots=[2, 0, 3] if slots else None,
+        num_slots=4,
+    )
+
+
+def _zero_uniform(batch: SpecBatch) -> SpecOutput:
+    """M02 (vllm-ascend #13730): the acceptance uniform is always 0, so every draft with p > 0 is accepted."""
+    noise = [
+        RequestNoise(np.zeros_like(z.accept_uniforms), z.sample_uniforms) for z in canonical_noise(batch)
+    ]
+    return reference_sample(batch, noise)
+
+
+def _unclamped_residual(target: F64Array, draft: F64Array) -> F64Array:
+    """M03: ``p - q`` used without ``max(., 0)``, normalised by the mass of its positive part."""
+    residual = target - draft
+    mass = np.maximum(residual, 0.0).sum()
+    return residual / mass if mass > 0 else target
+
+
+def _unclamped(batch: SpecBatch) -> SpecOutput:
+    # Negative weights make log() NaN, as they would in a kernel; numpy's argmax then takes the first NaN.
+    with (
+        mock.patch.object(reference.sampler, "residual_law", _unclamped_residual),
+        np.errstate(invalid="ignore"),
+    ):
+        return reference_sample(batch)
+
+
+def _first_seed_only(batch: SpecBatch) -> SpecOutput:
+    """M18 (FlashInfer #4861): every request uses ``seed[0]``."""
+    return VectorisedSampler()(dataclasses.replace(batch, seed=batch.seed[:1].expand_as(batch.seed).clone()))
+
+
+def _greedy_sampled(batch: SpecBatch) -> SpecOutput:
+    """M14 (early MRV2): greedy rows sent through the sampling path at temperature 1."""
+    temperature = torch.where(batch.temperature == 0, 1.0, batch.temperature)
+    return VectorisedSampler()(dataclasses.replace(batch, temperature=temperature))
+
+
+def _shared_uniform(batch: SpecBatch) -> SpecOutput:
+    """M10 (MRV2 block mode): one acceptance uniform shared by every position of a request."""
+    noise = [
+        RequestNoise(
+            np.full_like(z.accept_uniforms, z.accept_uniforms[0] if z.accept_uniforms.size else 0),
+            z.sample_uniforms,
+        )
+        for z in canonical_noise(batch)
+    ]
+    return reference_sample(batch, noise)
+
+
+# ---------------------------------------------------------------------------------------------
+# The API
+
+
+def test_run_checks_returns_one_verdict_per_applicable_check_in_order() -> None:
+    """A canonical variant gets all seven checks in order; others lose coupled, synthetic batches marginal."""
+    batch = _batch()
+    verdicts = run_checks(VectorisedSampler(), batch, num_samples=200, seed=1)
+    assert [v.check for v in verdicts] == list(CHECKS)
+    assert all(isinstance(v, Verdict) and v.passed and v.variant == "vectorised" for v in verdicts)
+    foreign = Planted("foreign", VectorisedSampler(), canonical_rng=False)
+    assert "coupled" not in [v.check for v in run_checks(foreign, batch, num_samples=200, seed=1)]
+    assert check_coupled(foreign, batch, num_samples=10) is None
+    synthetic = run_checks(VectorisedSampler(), _batch("synthetic"), num_samples=200, seed=1)
+    assert "marginal" not in [v.check for v in synthetic]
+    assert check_marginal(VectorisedSampler(), _batch("synthetic"), num_samples=10) is None
+    with pytest.raises(ValueError, match="checks"):
+        run_checks(VectorisedSampler(), batch, checks=("invariants", "speed"))
+
+
+def test_verdicts_state_their_numbers() -> None:
+    """Statistical verdicts carry alpha, p-value, statistic and detectable deviation; exact ones a rate."""
+    by_check = {
+        v.check: v for v in run_checks(VectorisedSampler(), _batch(), num_samples=NUM_SAMPLES, seed=2)
+    }
+    for name in ("law_of_m", "law_of_y", "marginal"):
+        v = by_check[name]
+        assert v.alpha == ALPHA and v.pvalue is not None and 0 <= v.pvalue <= 1 and v.statistic is not None
+        assert v.detectable is not None and 0 < v.detectable < 0.2, (name, v.detectable)
+        assert v.num_samples == 3 * NUM_SAMPLES and v.seconds >= 0 and "alpha=1e-06" in v.message
+    for name in ("invariants", "coupled", "composition", "determinism"):
+        v = by_check[name]
+        assert v.pvalue is None and v.detectable is not None and 0 < v.detectable < 1
+
+
+def test_the_seed_replays_every_verdict() -> None:
+    """The same seed gives the same verdicts (time aside); another seed draws other trials."""
+    batch = _batch("strict", slots=True)
+
+    def strip(verdicts: list[Verdict]) -> list[Verdict]:
+        return [dataclasses.replace(v, seconds=0.0) for v in verdicts]
+
+    first = strip(run_checks(VectorisedSampler(), batch, num_samples=300, seed=11))
+    assert strip(run_checks(VectorisedSampler(), batch, num_samples=300, seed=11)) == first
+    other = strip(run_checks(VectorisedSampler(), batch, num_samples=300, seed=12))
+    assert [v.statistic for v in other] != [v.statistic for v in first]
+
+
+def test_discrepancy_grows_with_the_evidence() -> None:
+    """discrepancy is -log10 of the smallest p-value, 1000 for a failed exact check, 0 for nothing."""
+    base = Verdict("law_of_m", True, "v", None, None, 1.0, 0.01, ALPHA, 0.1, 10, 0.0, "")
+    assert discrepancy([]) == 0.0
+    assert discrepancy([base]) == pytest.approx(2.0)
+    assert discrepancy([base, dataclasses.replace(base, pvalue=0.0)]) == pytest.approx(300.0)
+    failed = dataclasses.replace(base, check="invariants", passed=False, pvalue=None)
+    assert discrepancy([base, failed]) == FAILED_EXACT_DISCREPANCY
+
+
+def test_a_variant_that_raises_fails_every_check() -> None:
+    """An exception from the variant on a valid batch is a failed verdict naming it, not a crash."""
+
+    def broken(batch: SpecBatch) -> SpecOutput:
+        raise RuntimeError("kernel launch failed")
+
+    verdicts = run_checks(Planted("broken", broken, canonical_rng=True), _batch(), num_samples=20)
+    assert [v.check for v in verdicts] == list(CHECKS)
+    assert all(not v.passed and "kernel launch failed" in v.message for v in verdicts)
+
+
+def test_a_malformed_output_breaks_the_invariants() -> None:
+    """An int32 token tensor breaks the output contract, and the invariants say so."""
+
+    def int32_tokens(batch: SpecBatch) -> SpecOutput:
+        output = VectorisedSampler()(batch)
+        return dataclasses.replace(output, token_ids=output.token_ids.to(torch.int32))
+
+    verdict = check_invariants(Planted("int32", int32_tokens, canonical_rng=True), _batch(), num_samples=20)
+    assert not verdict.passed and "token_ids" in verdict.message
+
+
+# ---------------------------------------------------------------------------------------------
+# Planted bugs the checks kill
+
+
+def test_law_of_m_kills_a_zero_uniform() -> None:
+    """M02 (vllm-ascend #13730): with u = 0 every draft is accepted; the law of m and coupling reject it."""
+    batch = _batch()
+    planted = Planted("M02", _zero_uniform, canonical_rng=False)
+    verdict = check_law_of_m(planted, batch, num_samples=500, alpha=ALPHA, seed=3)
+    assert not verdict.passed and verdict.pvalue is not None and verdict.pvalue < ALPHA, verdict.message
+    coupled = check_coupled(Planted("M02", _zero_uniform, canonical_rng=True), batch, num_samples=100, seed=3)
+    assert coupled is not None and not coupled.passed, coupled.message
+    assert check_law_of_m(VectorisedSampler(), batch, num_samples=NUM_SAMPLES, alpha=ALPHA, seed=3).passed
+
+
+def test_law_of_y_kills_an_unclamped_residual() -> None:
+    """M03: a residual p - q without max(., 0) puts mass where p < q; law of y and marginal reject it."""
+    batch = _batch()
+    planted = Planted("M03", _unclamped, canonical_rng=False)
+    verdict = check_law_of_y(planted, batch, num_samples=500, alpha=ALPHA, seed=4)
+    assert not verdict.passed and verdict.pvalue is not None and verdict.pvalue < ALPHA, verdict.message
+    marginal = check_marginal(planted, batch, num_samples=500, alpha=ALPHA, seed=4)
+    assert marginal is not None and not marginal.passed, marginal.message
+
+
+def test_composition_kills_a_batch_level_seed() -> None:
+    """M18 (FlashInfer #4861): every request drawing from seed[0] changes with its neighbours."""
+    verdict = check_composition(
+        Planted("M18", _first_seed_only, canonical_rng=True), _batch(slots=True), seed=5
+    )
+    assert not verdict.passed and "shuffled" in verdict.message, verdict.message
+    assert check_composition(VectorisedSampler(), _batch(slots=True), seed=5).passed
+
+
+def test_invariants_kill_greedy_rows_on_the_sampling_path() -> None:
+    """M14 (early MRV2): a greedy row sampled at temperature 1 leaves its argmax chain."""
+    verdict = check_invariants(
+        Planted("M14", _greedy_sampled, canonical_rng=True), _batch(), num_samples=200, seed=6
+    )
+    assert not verdict.passed and "greedy" in verdict.message and verdict.request == 2, verdict.message
+
+
+def test_law_of_m_kills_a_uniform_shared_across_positions() -> None:
+    """M10 (MRV2 block mode): one uniform for all positions couples acceptances; the law of m rejects it."""
+    rng = np.random.default_rng(8)
+    vocab_size = 16
+    target = rng.normal(size=(4, vocab_size))
+    draft = target[:3].copy()
+    ids = [1, 5, 9]
+    for i, d in enumerate(ids):
+        p = np.exp(target[i, d]) / np.exp(target[i]).sum()
+        draft[i, d] += np.log(2 * (1 - p) / (1 - 2 * p))  # q(d) = 2 p(d): every a_i = 1/2
+    batch = make_batch([RequestData(target, ids, draft, 1.0, seed=1)])
+    planted = Planted("M10", _shared_uniform, canonical_rng=False)
+    verdict = check_law_of_m(planted, batch, num_samples=NUM_SAMPLES, alpha=ALPHA, seed=9)
+    assert not verdict.passed, verdict.message
