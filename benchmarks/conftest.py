@@ -3,8 +3,7 @@
 - ``--bench-grid`` picks the cases: ``gate`` (the default on a GPU), ``full`` (DESIGN.md's whole
   grid, for RESULTS.md) or ``smoke`` (tiny shapes; the default without CUDA). The environment
   variable ``SPECSAMPLE_BENCH_GRID`` sets the default.
-- ``--bench-variants`` names the registered variants to time side by side (``triton,torch``); in
-  the full grid the variants after the first run on the comparison cases only.
+- ``--bench-variants`` names the registered variants to time side by side (``triton,torch``).
 - Without CUDA the suite is a smoke test: timing is disabled, so each benchmark runs once.
 - ``machine_info`` gains the GPU, driver, CUDA, torch and Triton versions; the JSON gains the
   ceilings measured in the run; comparing against a baseline of another GPU is an error.
@@ -25,7 +24,6 @@ from benchmarks.grid import (
     SMOKE_CASES,
     Case,
     full_grid,
-    is_comparison_case,
 )
 from benchmarks.session import BenchSession
 from benchmarks.timing import gpu_description
@@ -77,20 +75,10 @@ def variant_names(config: pytest.Config) -> list[str]:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Parametrize ``case`` x ``variant_name`` over the chosen grid, each case's variants together.
-
-    The first variant runs on every case; in the full grid the others run on the comparison cases
-    only (`is_comparison_case`).
-    """
+    """Parametrize ``case`` x ``variant_name`` over the chosen grid, each case's variants together."""
     names = variant_names(metafunc.config)
     if "case" in metafunc.fixturenames:
-        grid = grid_name(metafunc.config)
-        pairs = [
-            (case, name)
-            for case in grid_cases(grid)
-            for index, name in enumerate(names)
-            if index == 0 or grid != "full" or is_comparison_case(case)
-        ]
+        pairs = [(case, name) for case in grid_cases(grid_name(metafunc.config)) for name in names]
         metafunc.parametrize(("case", "variant_name"), pairs, ids=[f"{c.id}-{n}" for c, n in pairs])
     elif "variant_name" in metafunc.fixturenames:
         metafunc.parametrize("variant_name", names)

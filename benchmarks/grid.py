@@ -147,17 +147,6 @@ def full_grid() -> tuple[Case, ...]:
     )
 
 
-def is_comparison_case(case: Case) -> bool:
-    """Whether the full grid times the other variants (PyTorch) on ``case`` too.
-
-    The plain PyTorch sampler makes tens of passes over the logits, so timing it on all 1152 cases
-    would take most of an hour; it is timed on the gate cases and on the probabilistic, flat,
-    ``T = 1`` cases with ``B <= 16``, in both dtypes.
-    """
-    base = case.method == "probabilistic" and case.layout == "flat" and case.temperature == 1.0
-    return case in GATE_CASES or (base and case.batch <= 16)
-
-
 def _smoke_cases() -> tuple[Case, ...]:
     # Every method, dtype, layout and temperature, at a vocabulary of two 4096-token tiles so the
     # split combine runs, and two requests so the per-request offsets matter.

