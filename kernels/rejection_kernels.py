@@ -150,14 +150,17 @@ def _split_stats(
     step,
     position,
     SAMPLE: tl.constexpr,
+    ARGMAX: tl.constexpr,
     TILES_PER_SPLIT: tl.constexpr,
     BLOCK_V: tl.constexpr,
 ):
     """One pass over one split of a row: max, sum of ``exp(e)``, argmax and the Gumbel-max candidate.
 
-    Returns ``(max, sum, argmax, candidate logit, candidate gumbel, candidate token)``. The candidate
-    is kept as its raw logit and noise, so a later combine recomputes its key against the row max.
-    Lanes past the vocabulary count for nothing; a row outside its tensor reads as no finite logit.
+    Returns ``(max, sum, argmax, candidate logit, candidate gumbel, candidate token)``; the argmax
+    is the split's first token unless ``ARGMAX`` (only greedy rows need it), the candidate
+    ``-inf`` unless ``SAMPLE``. The candidate is kept as its raw logit and noise, so a later combine
+    recomputes its key against the row max. Lanes past the vocabulary count for nothing; a row
+    outside its tensor reads as no finite logit.
     """
     lanes = tl.arange(0, BLOCK_V)
     first = split * (TILES_PER_SPLIT * BLOCK_V)
@@ -171,10 +174,13 @@ def _split_stats(
         tokens = first + tile * BLOCK_V + lanes
         in_vocab = tokens < vocab_size
         x = _clean(tl.load(row_ptr + tokens, mask=in_vocab & row_inside, other=NEG_INF))
-        tile_max, tile_lane = tl.max(x, axis=0, return_indices=True, return_indices_tie_break_left=True)
+        if ARGMAX:
+            tile_max, tile_lane = tl.max(x, axis=0, return_indices=True, return_indices_tie_break_left=True)
+            # Strict `>`: the first maximum wins ties, as the specification's argmax does.
+            row_arg = tl.where(tile_max > row_max, first + tile * BLOCK_V + tile_lane, row_arg)
+        else:
+            tile_max = tl.max(x, axis=0)
         new_max = tl.maximum(row_max, tile_max)
-        # Strict `>`: the first maximum wins ties, as the specification's argmax does.
-        row_arg = tl.where(tile_max > row_max, first + tile * BLOCK_V + tile_lane, row_arg)
         scaled = _scaled(x, new_max, inv_temperature)
         weights = tl.where(in_vocab, tl.exp(scaled), 0.0)
         row_sum = row_sum * _rescale(row_max, new_max, inv_temperature) + tl.sum(weights, axis=0)
@@ -191,7 +197,17 @@ def _split_stats(
     return row_max, row_sum, row_arg, best_logit, best_gumbel, best_token
 
 
-@triton.jit
+# Counts that change from call to call are not specialised on, so each layout compiles once.
+@triton.jit(
+    do_not_specialize=[
+        "num_target_rows",
+        "num_draft_ids",
+        "num_draft_rows",
+        "slot_capacity",
+        "max_num_drafts",
+        "num_splits",
+    ]
+)
 def row_stats_kernel(
     target_ptr,
     draft_ptr,
@@ -262,21 +278,28 @@ def row_stats_kernel(
             if sampled:
                 row_max, row_sum, row_arg, logit, gumbel, token = _split_stats(
                     target_row_ptr, target_inside, split, vocab_size, inv_temperature, seed, step,
-                    position, True, TILES_PER_SPLIT, BLOCK_V,
+                    position, True, False, TILES_PER_SPLIT, BLOCK_V,
                 )  # fmt: skip
             else:
                 row_max, row_sum, row_arg, logit, gumbel, token = _split_stats(
                     target_row_ptr, target_inside, split, vocab_size, inv_temperature, seed, step,
-                    position, False, TILES_PER_SPLIT, BLOCK_V,
+                    position, False, True, TILES_PER_SPLIT, BLOCK_V,
                 )  # fmt: skip
             tl.store(cand_logit_ptr + out, logit)
             tl.store(cand_gumbel_ptr + out, gumbel)
             tl.store(cand_token_ptr + out, token)
         else:
-            row_max, row_sum, row_arg, _, _, _ = _split_stats(
-                target_row_ptr, target_inside, split, vocab_size, inv_temperature, seed, step,
-                position, False, TILES_PER_SPLIT, BLOCK_V,
-            )  # fmt: skip
+            # Sampled rows skip the argmax: only greedy rows compare drafts with it.
+            if sampled:
+                row_max, row_sum, row_arg, _, _, _ = _split_stats(
+                    target_row_ptr, target_inside, split, vocab_size, inv_temperature, seed, step,
+                    position, False, False, TILES_PER_SPLIT, BLOCK_V,
+                )  # fmt: skip
+            else:
+                row_max, row_sum, row_arg, _, _, _ = _split_stats(
+                    target_row_ptr, target_inside, split, vocab_size, inv_temperature, seed, step,
+                    position, False, True, TILES_PER_SPLIT, BLOCK_V,
+                )  # fmt: skip
         tl.store(target_max_ptr + out, row_max)
         tl.store(target_sum_ptr + out, row_sum)
         tl.store(target_arg_ptr + out, row_arg)
@@ -295,9 +318,10 @@ def row_stats_kernel(
                     draft_stride, slot_stride, SLOTTED,
                 )  # fmt: skip
                 draft_row_ptr = draft_ptr + tl.maximum(draft_offset, 0)
+                # The same code as the target's statistics, so p == q gives identical numbers.
                 draft_max, draft_sum, _, _, _, _ = _split_stats(
                     draft_row_ptr, draft_offset >= 0, split, vocab_size, inv_temperature, seed, step,
-                    position, False, TILES_PER_SPLIT, BLOCK_V,
+                    position, False, False, TILES_PER_SPLIT, BLOCK_V,
                 )  # fmt: skip
                 tl.store(draft_max_ptr + out, draft_max)
                 tl.store(draft_sum_ptr + out, draft_sum)
@@ -354,7 +378,17 @@ def _log_prob(target_row_ptr, target_inside, token, row_max, log_sum, inv_temper
     return tl.where(log_prob < LOG_ZERO, NEG_INF, log_prob)
 
 
-@triton.jit
+@triton.jit(
+    do_not_specialize=[
+        "num_target_rows",
+        "num_draft_ids",
+        "num_draft_rows",
+        "slot_capacity",
+        "max_num_drafts",
+        "num_splits",
+        "num_rates",
+    ]
+)
 def decide_kernel(
     target_ptr,
     draft_ptr,
@@ -577,7 +611,7 @@ def decide_kernel(
                 tl.store(info_float + INFO_DRAFT_LOG_SUM, tl.sum(draft_log_sum, axis=0))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_splits"])
 def sample_kernel(
     target_ptr,
     draft_ptr,
@@ -680,7 +714,7 @@ def sample_kernel(
         tl.store(tgt_token_ptr + record, tgt_token)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["max_num_drafts", "num_splits"])
 def emit_kernel(
     target_ptr,
     temperature_ptr,

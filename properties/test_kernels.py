@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import numpy as np
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kernels import registry
@@ -16,6 +17,8 @@ from kernels.rejection import rejection_sample, vocab_layout
 from reference.contract import METHODS, RequestData, SpecBatch, SpecOutput, make_batch, split_output
 from reference.sampler import reference_sample
 
+DEVICE = "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu"
+NO_GPU = "needs a CUDA GPU; the CPU suite runs the kernels under the Triton interpreter"
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # Block edges of the small tiles the interpreter runs (16 is the smallest tile).
 VOCAB_SIZES = (1, 2, 3, 5, 15, 16, 17, 31, 33)
@@ -60,14 +63,19 @@ def _logits(
 
 
 @st.composite
-def batches(draw: st.DrawFn, max_requests: int = 4, max_drafts: int = 4) -> SpecBatch:
+def batches(
+    draw: st.DrawFn,
+    max_requests: int = 4,
+    max_drafts: int = 4,
+    vocab_sizes: tuple[int, ...] = VOCAB_SIZES,
+) -> SpecBatch:
     """A small batch of mixed requests: every method, dtype, draft layout and odd family.
 
     Per request: draft count 0..max_drafts, temperature (0, tiny, ordinary, huge), distribution
     family, drafts drawn from ``q`` or uniformly with placeholders and out-of-range ids, seed and step.
     """
     method = draw(st.sampled_from(METHODS))
-    vocab_size = draw(st.sampled_from(VOCAB_SIZES))
+    vocab_size = draw(st.sampled_from(vocab_sizes))
     dtype = draw(st.sampled_from(DTYPES))
     layout = draw(st.sampled_from(("one-hot", "flat", "slotted")))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
@@ -94,7 +102,7 @@ def batches(draw: st.DrawFn, max_requests: int = 4, max_drafts: int = 4) -> Spec
     if layout == "slotted":
         slots = draw(st.permutations(range(len(requests) + 1)))[: len(requests)]
     rates = draw(st.lists(st.floats(0.0, 1.0), min_size=max_drafts, max_size=max_drafts))
-    return make_batch(requests, method=method, dtype=dtype, synthetic_rates=rates, slots=slots)
+    return make_batch(requests, method=method, dtype=dtype, synthetic_rates=rates, slots=slots, device=DEVICE)
 
 
 def _requests(output: SpecOutput) -> list[tuple[list[int], list[float] | None]]:
@@ -126,8 +134,9 @@ def test_output_depends_only_on_the_request(batch: SpecBatch, data: st.DataObjec
         crowded,
         method=batch.method,
         dtype=batch.target_logits.dtype,
-        synthetic_rates=None if batch.synthetic_rates is None else batch.synthetic_rates.numpy(),
+        synthetic_rates=None if batch.synthetic_rates is None else batch.synthetic_rates.cpu().numpy(),
         slots=slots,
+        device=DEVICE,
     )
     alone = _requests(rejection_sample(batch))
     again = _requests(rejection_sample(batch))
@@ -140,19 +149,20 @@ def test_output_depends_only_on_the_request(batch: SpecBatch, data: st.DataObjec
 def _split_requests(batch: SpecBatch) -> list[RequestData]:
     """The per-request data of a batch, drafts read through their slots."""
     cu = batch.cu_num_drafts.tolist()
+    slot = None if batch.draft_slot is None else batch.draft_slot.tolist()
     requests = []
     for b in range(batch.num_requests):
         start, end = cu[b], cu[b + 1]
         if batch.draft_logits is None:
             draft = None
-        elif batch.draft_slot is not None:
-            draft = batch.draft_logits[int(batch.draft_slot[b]), : end - start].float()
+        elif slot is not None:
+            draft = batch.draft_logits[slot[b], : end - start].float().cpu()
         else:
-            draft = batch.draft_logits[start:end].float()
+            draft = batch.draft_logits[start:end].float().cpu()
         requests.append(
             RequestData(
-                target_logits=batch.target_logits[start + b : end + b + 1].float(),
-                draft_token_ids=batch.draft_token_ids[start:end],
+                target_logits=batch.target_logits[start + b : end + b + 1].float().cpu(),
+                draft_token_ids=batch.draft_token_ids[start:end].cpu(),
                 draft_logits=draft,
                 temperature=float(batch.temperature[b]),
                 seed=int(batch.seed[b]),
@@ -178,7 +188,7 @@ def test_near_ties_are_rare_on_ordinary_batches(method: str) -> None:
         )
         for b in range(96)
     ]
-    batch = make_batch(requests, method=method, synthetic_rates=[0.9, 0.8, 0.7])
+    batch = make_batch(requests, method=method, synthetic_rates=[0.9, 0.8, 0.7], device=DEVICE)
     output = rejection_sample(batch)
     agreement = coupled_agreement(batch, output)
     assert agreement.unexplained == []
@@ -204,7 +214,7 @@ def test_split_vocabulary_agrees_with_the_reference() -> None:
         for seed in range(2)
     ]
     for method in METHODS:
-        batch = make_batch(requests, method=method, synthetic_rates=[0.5])
+        batch = make_batch(requests, method=method, synthetic_rates=[0.5], device=DEVICE)
         output = rejection_sample(batch)
         assert hard_invariants(batch, output) == []
         assert coupled_agreement(batch, output).unexplained == []
@@ -227,6 +237,60 @@ def test_torch_sampler_is_deterministic_per_request() -> None:
         for s in range(6)
     ]
     sampler = registry.get("torch")
-    alone = _requests(sampler(make_batch(requests)))
-    reversed_output = _requests(sampler(make_batch(requests[::-1])))
+    alone = _requests(sampler(make_batch(requests, device=DEVICE)))
+    reversed_output = _requests(sampler(make_batch(requests[::-1], device=DEVICE)))
     assert reversed_output[::-1] == alone
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(DEVICE != "cuda", reason=NO_GPU)
+@settings(max_examples=12)
+@given(batch=batches(max_requests=8, max_drafts=8, vocab_sizes=(4095, 4096, 4097, 32000, 151936, 262144)))
+def test_large_vocabularies_agree_with_the_reference(batch: SpecBatch) -> None:
+    """On the GPU, large vocabularies keep the invariants and agree with the reference except at near ties."""
+    output = rejection_sample(batch, check_values=True)
+    assert hard_invariants(batch, output) == []
+    assert coupled_agreement(batch, output).unexplained == []
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(DEVICE != "cuda", reason=NO_GPU)
+@pytest.mark.parametrize("method", METHODS)
+def test_rows_past_two_to_the_31_elements(method: str) -> None:
+    """Rows whose offset row * V exceeds 2**31 are read where they are (M23: 64-bit index arithmetic)."""
+    vocab_size, num_requests, n = 262144, 1640, 4  # 8200 rows: the last ones start past 2**31 elements
+    generator = torch.Generator(device="cuda").manual_seed(METHODS.index(method))
+    target = torch.randn(num_requests * (n + 1), vocab_size, generator=generator, device="cuda")
+    target = (target * 3).to(torch.float16)
+    draft = (torch.randn(num_requests * n, vocab_size, generator=generator, device="cuda") * 3).half()
+    ids = torch.randint(0, vocab_size, (num_requests * n,), generator=generator, device="cuda")
+    batch = SpecBatch(
+        target_logits=target,
+        draft_logits=draft,
+        draft_token_ids=ids,
+        cu_num_drafts=torch.arange(0, num_requests * n + 1, n, dtype=torch.int32, device="cuda"),
+        temperature=torch.ones(num_requests, device="cuda"),
+        seed=torch.arange(num_requests, device="cuda"),
+        step=torch.zeros(num_requests, dtype=torch.int64, device="cuda"),
+        method=method,
+        synthetic_rates=torch.full((n,), 0.6, dtype=torch.float64, device="cuda"),
+        max_num_drafts=n,
+    )
+    assert (num_requests - 1) * (n + 1) * vocab_size > 2**31
+    output = rejection_sample(batch)
+    tail = slice(num_requests - 3, num_requests)
+    rows = slice(tail.start * (n + 1), num_requests * (n + 1))
+    small = dataclasses.replace(
+        batch,
+        target_logits=target[rows].contiguous(),
+        draft_logits=draft[tail.start * n :].contiguous(),
+        draft_token_ids=ids[tail.start * n :],
+        cu_num_drafts=torch.arange(0, 3 * n + 1, n, dtype=torch.int32, device="cuda"),
+        temperature=batch.temperature[tail],
+        seed=batch.seed[tail],
+        step=batch.step[tail],
+    )
+    alone = rejection_sample(small)
+    assert torch.equal(alone.token_ids, output.token_ids[tail])
+    assert torch.equal(alone.num_emitted, output.num_emitted[tail])
+    assert coupled_agreement(small, alone).unexplained == []
