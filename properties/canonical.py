@@ -33,7 +33,7 @@ EPS32 = 2.0**-23
 TOL_ULPS = 8.0
 LOG_ZERO = -1075 * math.log(2.0)
 LOG_SUBNORMAL = -700.0
-DEFAULT_MAX_ELEMENTS = 1 << 24
+DEFAULT_MAX_ELEMENTS = 1 << 22
 
 F64Array = npt.NDArray[np.float64]
 I64Array = npt.NDArray[np.int64]

@@ -62,6 +62,8 @@ DEFAULT_BLOCK_SIZE = 4096
 DEFAULT_MAX_ELEMENTS = 1 << 26
 # Requests compared by composition and determinism: the first trials of each request.
 INVARIANCE_TRIALS = 8
+# Coupled agreement replays at most this many logits in float64 (the first trials of each request).
+DEFAULT_COUPLED_ELEMENTS = 1 << 24
 # Coupled agreement may excuse this share of samples (at least MIN_EXCUSED) as near-tie flips.
 MAX_EXCUSED_FRACTION = 0.05
 MIN_EXCUSED = 3
@@ -236,8 +238,16 @@ def draw_trials(
 
 
 @dataclass(frozen=True)
-class _Test:
-    """One statistical test inside a check: where it looks and what it found."""
+class Component:
+    """One statistical test inside a check: where it looks and what it found.
+
+    Attributes:
+        request: the request of the checked batch it tests.
+        position: the position it tests (``None`` for a whole-request test).
+        pvalue: its p-value, before Holm's adjustment.
+        statistic: its statistic (G, or an observed proportion for a binomial test).
+        what: a short description.
+    """
 
     request: int
     position: int | None
@@ -249,7 +259,7 @@ class _Test:
 def _holm_verdict(
     check: str,
     variant: Variant,
-    tests: Sequence[_Test],
+    tests: Sequence[Component],
     alpha: float,
     detectable: float,
     num_samples: int,
@@ -548,14 +558,18 @@ def check_coupled(
     seed: int = 0,
     trials: Trials | None = None,
     max_excused_fraction: float = MAX_EXCUSED_FRACTION,
+    max_elements: int = DEFAULT_COUPLED_ELEMENTS,
 ) -> Verdict | None:
     """A canonical-stream variant emits what the float64 reference emits from the same uniforms.
 
     Returns ``None`` for a variant that does not draw from the canonical streams. A sample may differ
     from the reference only where the first difference sits on a near tie (`properties.canonical`);
     near ties are counted, and the differences they excuse may not exceed ``max_excused_fraction`` of
-    the samples (at least 3). No statistics: ``alpha`` is unused; ``detectable`` is the per-sample
-    disagreement rate seen at least once with probability 0.999.
+    the samples (at least 3); logprobs of agreeing samples match the float64 ones within float32
+    tolerance. The float64 replay costs about ``V`` Philox draws per sample and sampled row, so it
+    compares the first trials of each request up to ``max_elements`` logits in all. No statistics:
+    ``alpha`` is unused; ``detectable`` is the per-sample disagreement rate seen at least once with
+    probability 0.999.
     """
     if not variant.canonical_rng:
         return None
@@ -564,12 +578,21 @@ def check_coupled(
         trials = trials or draw_trials(variant, batch, num_samples, seed)
     except VariantError as error:
         return _failed_call("coupled", variant, error, time.perf_counter() - start)
-    reference = canonical_sample(trials.replicated)
-    mine_tokens = trials.output.token_ids.numpy()
-    mine_emitted = trials.output.num_emitted.numpy().astype(np.int64)
+    width = batch.resolved_max_num_drafts() + 1
+    per_request = max(
+        1, min(trials.num_trials, max_elements // (batch.num_requests * batch.vocab_size * width))
+    )
+    rows = (
+        np.arange(batch.num_requests)[:, None] * trials.num_trials + np.arange(per_request)[None, :]
+    ).reshape(-1)
+    compared = (
+        trials.replicated if per_request == trials.num_trials else select_requests(trials.replicated, rows)
+    )
+    reference = canonical_sample(compared)
+    mine_tokens = trials.output.token_ids.numpy()[rows]
+    mine_emitted = trials.output.num_emitted.numpy().astype(np.int64)[rows]
     ref_tokens = reference.output.token_ids.numpy()
     ref_emitted = reference.output.num_emitted.numpy().astype(np.int64)
-    width = ref_tokens.shape[1]
     same_count = mine_emitted == ref_emitted
     position = np.arange(width)[None, :]
     differs = (mine_tokens[:, :width] != ref_tokens) & (position < ref_emitted[:, None])
@@ -583,9 +606,10 @@ def check_coupled(
         else:
             unexcused.append((int(r), first))
     if unexcused:
-        _confirm_with_reference(trials.replicated, [r for r, _ in unexcused], ref_tokens, ref_emitted)
-    logprob_problems = _coupled_logprobs(trials, reference.output, mismatched)
-    total = trials.replicated.num_requests
+        _confirm_with_reference(compared, [r for r, _ in unexcused], ref_tokens, ref_emitted)
+    mine_logprobs = None if trials.output.logprobs is None else trials.output.logprobs.numpy()[rows]
+    logprob_problems = _coupled_logprobs(batch, per_request, mine_logprobs, reference.output, mismatched)
+    total = compared.num_requests
     bound = max(MIN_EXCUSED, int(max_excused_fraction * total))
     detectable = stats.zero_cell_detectable(total)
     seconds = time.perf_counter() - start
@@ -593,69 +617,46 @@ def check_coupled(
         f"{total} samples, {reference.num_decisions} decisions, {reference.near_ties} near ties, "
         f"{excused} near-tie differences (at most {bound})"
     )
+    failure: tuple[int | None, int | None, float, str] | None = None
     if unexcused:
         r, first = unexcused[0]
-        b, t = divmod(r, trials.num_trials)
-        n = int(draft_counts(trials.replicated)[r])
-        got = mine_tokens[r, : max(0, min(int(mine_emitted[r]), n + 1))].tolist()
+        b, t = divmod(r, per_request)
+        got = mine_tokens[r, : max(0, min(int(mine_emitted[r]), width))].tolist()
         want = ref_tokens[r, : ref_emitted[r]].tolist()
-        message = (
-            f"coupled FAILS: {len(unexcused)} samples differ from the reference with no near tie "
-            f"({summary}); first: request {b} trial {t} emits {got}, reference {want}, "
-            f"first difference at position {first}"
+        text = (
+            f"{len(unexcused)} samples differ from the reference with no near tie ({summary}); first: "
+            f"request {b} trial {t} emits {got}, reference {want}, first difference at position {first}"
         )
-        return Verdict(
-            "coupled",
-            False,
-            variant.name,
-            b,
-            first,
-            float(len(unexcused)),
-            None,
-            None,
-            detectable,
-            total,
-            seconds,
-            message,
-        )
-    if excused > bound:
-        message = f"coupled FAILS: too many near-tie differences: {summary}"
-        return Verdict(
-            "coupled",
-            False,
-            variant.name,
-            None,
-            None,
-            float(excused),
-            None,
-            None,
-            detectable,
-            total,
-            seconds,
-            message,
-        )
-    if logprob_problems:
+        failure = (b, first, float(len(unexcused)), text)
+    elif excused > bound:
+        failure = (None, None, float(excused), f"too many near-tie differences: {summary}")
+    elif logprob_problems:
         b, k, text = logprob_problems[0]
-        message = (
-            f"coupled FAILS: {len(logprob_problems)} logprobs out of tolerance ({summary}); first: {text}"
-        )
-        return Verdict(
-            "coupled",
-            False,
-            variant.name,
+        failure = (
             b,
             k,
             float(len(logprob_problems)),
-            None,
-            None,
-            detectable,
-            total,
-            seconds,
-            message,
+            f"{len(logprob_problems)} logprobs out of tolerance ({summary}); first: {text}",
         )
-    message = f"coupled passes: {summary}; a disagreement rate >= {detectable:.2g} per sample is seen"
+    if failure is None:
+        message = f"coupled passes: {summary}; a disagreement rate >= {detectable:.2g} per sample is seen"
+        return Verdict(
+            "coupled", True, variant.name, None, None, 0.0, None, None, detectable, total, seconds, message
+        )
+    request, where, statistic, text = failure
     return Verdict(
-        "coupled", True, variant.name, None, None, 0.0, None, None, detectable, total, seconds, message
+        "coupled",
+        False,
+        variant.name,
+        request,
+        where,
+        statistic,
+        None,
+        None,
+        detectable,
+        total,
+        seconds,
+        f"coupled FAILS: {text}",
     )
 
 
@@ -673,41 +674,77 @@ def _confirm_with_reference(batch: SpecBatch, rows: list[int], tokens: I64Array,
 
 
 def _coupled_logprobs(
-    trials: Trials, reference: SpecOutput, mismatched: I64Array
+    batch: SpecBatch,
+    per_request: int,
+    mine: npt.NDArray[np.float32] | None,
+    reference: SpecOutput,
+    mismatched: I64Array,
 ) -> list[tuple[int, int, str]]:
-    """Logprobs of the samples that agree with the reference, against its float64 log-probabilities."""
-    if trials.output.logprobs is None:
+    """Logprobs of the samples that agree with the reference, against its float64 log-probabilities.
+
+    Rows are ``per_request`` samples of each request of ``batch`` in turn.
+    """
+    if mine is None:
         return []
     problems: list[tuple[int, int, str]] = []
-    agree = np.ones(trials.replicated.num_requests, dtype=bool)
+    agree = np.ones(mine.shape[0], dtype=bool)
     agree[mismatched] = False
-    mine = trials.output.logprobs.numpy()
     tokens = reference.token_ids.numpy()
     emitted = reference.num_emitted.numpy()
     width = tokens.shape[1]
-    for b, inputs in enumerate(request_inputs(trials.batch)):
+    for b, inputs in enumerate(request_inputs(batch)):
         n = inputs.num_drafts
         laws = log_law(inputs.target_logits, np.full(n + 1, 1.0 if inputs.greedy else inputs.temperature))
-        rows = trials.rows(b)
+        rows = slice(b * per_request, (b + 1) * per_request)
         position = np.minimum(np.arange(width), n)[None, :]
         token = np.clip(tokens[rows], 0, None)
         expected = laws.log_probs[position, token]
         ok = _logprob_ok(mine[rows, :width], expected, laws.tolerance[position, token])
         checked = agree[rows][:, None] & (np.arange(width)[None, :] < emitted[rows][:, None])
         for t, k in zip(*np.nonzero(checked & ~ok), strict=True):
-            problems.append(
-                (
-                    b,
-                    int(k),
-                    f"request {b} trial {t} position {k}: logprob {mine[rows][t, k]:.6g}, "
-                    f"expected {expected[t, k]:.6g}",
-                )
-            )
+            got = mine[rows][t, k]
+            text = f"request {b} trial {t} position {k}: logprob {got:.6g}, expected {expected[t, k]:.6g}"
+            problems.append((b, int(k), text))
     return problems
 
 
 # ---------------------------------------------------------------------------------------------
 # The law of m
+
+
+def law_of_m_components(batch: SpecBatch, trials: Trials, alpha: float) -> tuple[list[Component], float]:
+    """The exact binomial tests of the law of m, and the deviation they detect (see `check_law_of_m`)."""
+    tests: list[Component] = []
+    cells: list[tuple[int, float]] = []
+    for b, law in enumerate(exact_law(batch)):
+        _, emitted = _request_rows(trials, b)
+        n = law.accept_probs.shape[0]
+        m = emitted - 1
+        size = m.shape[0]
+        impossible = int(np.sum((m < 0) | (m > n)))
+        if impossible:
+            tests.append(
+                Component(b, None, 0.0, float(impossible), f"{impossible} trials with m outside [0, {n}]")
+            )
+        counts = np.bincount(np.clip(m, 0, n), minlength=n + 1)
+        for j in range(n + 1):
+            p = float(law.stop_probs[j])
+            pvalue = float(stats.binomial_pvalues(counts[j], size, p))
+            what = f"m={j} in {counts[j]}/{size} trials, P={p:.4g}"
+            tests.append(Component(b, j, pvalue, counts[j] / size, what))
+            cells.append((size, p))
+        for i in range(n):
+            reached = int(np.sum(m >= i))
+            if reached == 0:
+                continue
+            accepted = int(np.sum(m >= i + 1))
+            a = float(law.accept_probs[i])
+            pvalue = float(stats.binomial_pvalues(accepted, reached, a))
+            what = f"draft {i} accepted in {accepted}/{reached} trials, rate {a:.4g}"
+            tests.append(Component(b, i, pvalue, accepted / reached, what))
+    level = alpha / max(len(tests), 1)
+    detectable = max((stats.binomial_detectable(size, p, level) for size, p in cells), default=math.inf)
+    return tests, detectable
 
 
 def check_law_of_m(
@@ -722,62 +759,21 @@ def check_law_of_m(
     """The number of accepted drafts follows the exact law, request by request.
 
     Exact binomial tests: the count of each ``m = j`` against ``Bin(N, P(m = j))``, and at each
-    position ``i`` the acceptances among the trials that reached it against
-    ``Bin(reached, a_i)``. Holm combines all of them at level ``alpha``. ``detectable``: the
-    absolute deviation of a probability ``P(m = j)`` detected with power 0.999 (at Holm's first
-    level ``alpha / k``), the largest over cells and requests.
+    position ``i`` the acceptances among the trials that reached it against ``Bin(reached, a_i)``.
+    Holm combines all of them at level ``alpha``. ``detectable``: the absolute deviation of a
+    probability ``P(m = j)`` detected with power 0.999 (at Holm's first level ``alpha / k``), the
+    largest over cells and requests.
     """
     start = time.perf_counter()
     try:
         trials = trials or draw_trials(variant, batch, num_samples, seed)
     except VariantError as error:
         return _failed_call("law_of_m", variant, error, time.perf_counter() - start)
-    tests: list[_Test] = []
-    cells: list[tuple[int, float]] = []
-    for b, law in enumerate(exact_law(batch)):
-        _, emitted = _request_rows(trials, b)
-        n = law.accept_probs.shape[0]
-        m = emitted - 1
-        N = m.shape[0]
-        impossible = int(np.sum((m < 0) | (m > n)))
-        if impossible:
-            tests.append(
-                _Test(b, None, 0.0, float(impossible), f"{impossible} trials with m outside [0, {n}]")
-            )
-        counts = np.bincount(np.clip(m, 0, n), minlength=n + 1)
-        for j in range(n + 1):
-            p = float(law.stop_probs[j])
-            pvalue = float(stats.binomial_pvalues(counts[j], N, p))
-            tests.append(_Test(b, j, pvalue, counts[j] / N, f"m={j} in {counts[j]}/{N} trials, P={p:.4g}"))
-            cells.append((N, p))
-        for i in range(n):
-            reached = int(np.sum(m >= i))
-            if reached == 0:
-                continue
-            accepted = int(np.sum(m >= i + 1))
-            a = float(law.accept_probs[i])
-            pvalue = float(stats.binomial_pvalues(accepted, reached, a))
-            tests.append(
-                _Test(
-                    b,
-                    i,
-                    pvalue,
-                    accepted / reached,
-                    f"draft {i} accepted in {accepted}/{reached} trials, rate {a:.4g}",
-                )
-            )
-    level = alpha / max(len(tests), 1)
-    detectable = max((stats.binomial_detectable(N, p, level) for N, p in cells), default=math.inf)
+    tests, detectable = law_of_m_components(batch, trials, alpha)
+    summary = f"{batch.num_requests} requests x {trials.num_trials} trials"
     total = batch.num_requests * trials.num_trials
     return _holm_verdict(
-        "law_of_m",
-        variant,
-        tests,
-        alpha,
-        detectable,
-        total,
-        time.perf_counter() - start,
-        f"{batch.num_requests} requests x {trials.num_trials} trials",
+        "law_of_m", variant, tests, alpha, detectable, total, time.perf_counter() - start, summary
     )
 
 
@@ -801,6 +797,57 @@ def bug_shaped_sets(vocab_size: int, draft: int, block_size: int = DEFAULT_BLOCK
     if 0 <= draft < vocab_size and draft not in (0, vocab_size - 1):
         sets[f"draft token {draft}"] = np.array([draft])
     return sets
+
+
+def law_of_y_components(
+    batch: SpecBatch, trials: Trials, alpha: float, block_size: int = DEFAULT_BLOCK_SIZE
+) -> tuple[list[Component], float]:
+    """The tests of the law of y given m, and the deviation they detect (see `check_law_of_y`)."""
+    vocab_size = batch.vocab_size
+    tests: list[Component] = []
+    joints: list[F64Array] = []
+    for b, law in enumerate(exact_law(batch)):
+        tokens, emitted = _request_rows(trials, b)
+        n = law.accept_probs.shape[0]
+        m = emitted - 1
+        ok = (m >= 0) & (m <= n)
+        y = np.where(ok, tokens[np.arange(m.shape[0]), np.clip(m, 0, tokens.shape[1] - 1)], -1)
+        ok &= (y >= 0) & (y < vocab_size)
+        if not ok.all():
+            bad = int(np.sum(~ok))
+            tests.append(Component(b, None, 0.0, float(bad), f"{bad} trials with m or y out of range"))
+        m, y = m[ok], y[ok]
+        if m.size == 0:
+            continue
+        joint_law = law.joint_probs().reshape(-1)
+        joints.append(joint_law)
+        joint = np.bincount(m * vocab_size + y, minlength=(n + 1) * vocab_size).astype(np.float64)
+        fit = stats.GoodnessOfFit(joint_law, m.size)
+        what = f"joint law of (m, y): G over {fit.num_groups} pooled cells, N={m.size}"
+        tests.append(Component(b, None, float(fit.pvalues(joint)), float(fit.statistics(joint)), what))
+        joint = joint.reshape(n + 1, vocab_size)
+        for j in range(n + 1):
+            reached = int(joint[j].sum())
+            if reached == 0:
+                continue
+            fit_j = stats.GoodnessOfFit(law.token_probs[j], reached)
+            what = f"y given m={j}: G over {fit_j.num_groups} pooled cells, N={reached}"
+            tests.append(
+                Component(b, j, float(fit_j.pvalues(joint[j])), float(fit_j.statistics(joint[j])), what)
+            )
+            draft = int(law.draft_token_ids[j]) if j < n else -1
+            for name, chosen in bug_shaped_sets(vocab_size, draft, block_size).items():
+                p = float(law.token_probs[j, chosen].sum())
+                hits = int(joint[j, chosen].sum())
+                pvalue = float(stats.binomial_pvalues(hits, reached, p))
+                what = f"y in {name} given m={j}: {hits}/{reached}, P={p:.4g}"
+                tests.append(Component(b, j, pvalue, hits / reached, what))
+    level = alpha / max(len(tests), 1)
+    detectable = max(
+        (stats.GoodnessOfFit(j, trials.num_trials, alpha=level).detectable_tv for j in joints),
+        default=math.inf,
+    )
+    return tests, detectable
 
 
 def check_law_of_y(
@@ -827,77 +874,11 @@ def check_law_of_y(
         trials = trials or draw_trials(variant, batch, num_samples, seed)
     except VariantError as error:
         return _failed_call("law_of_y", variant, error, time.perf_counter() - start)
-    vocab_size = batch.vocab_size
-    tests: list[_Test] = []
-    joints: list[F64Array] = []
-    for b, law in enumerate(exact_law(batch)):
-        tokens, emitted = _request_rows(trials, b)
-        n = law.accept_probs.shape[0]
-        m = emitted - 1
-        ok = (m >= 0) & (m <= n)
-        y = np.where(ok, tokens[np.arange(m.shape[0]), np.clip(m, 0, tokens.shape[1] - 1)], -1)
-        ok &= (y >= 0) & (y < vocab_size)
-        if not ok.all():
-            bad = int(np.sum(~ok))
-            tests.append(_Test(b, None, 0.0, float(bad), f"{bad} trials with m or y out of range"))
-        m, y = m[ok], y[ok]
-        if m.size == 0:
-            continue
-        joint = np.bincount(m * vocab_size + y, minlength=(n + 1) * vocab_size).astype(np.float64)
-        fit = stats.GoodnessOfFit(law.joint_probs().reshape(-1), m.size)
-        tests.append(
-            _Test(
-                b,
-                None,
-                float(fit.pvalues(joint)),
-                float(fit.statistics(joint)),
-                f"joint law of (m, y): G over {fit.num_groups} pooled cells, N={m.size}",
-            )
-        )
-        joints.append(law.joint_probs().reshape(-1))
-        joint = joint.reshape(n + 1, vocab_size)
-        for j in range(n + 1):
-            reached = int(joint[j].sum())
-            if reached == 0:
-                continue
-            fit_j = stats.GoodnessOfFit(law.token_probs[j], reached)
-            tests.append(
-                _Test(
-                    b,
-                    j,
-                    float(fit_j.pvalues(joint[j])),
-                    float(fit_j.statistics(joint[j])),
-                    f"y given m={j}: G over {fit_j.num_groups} pooled cells, N={reached}",
-                )
-            )
-            draft = int(law.draft_token_ids[j]) if j < n else -1
-            for name, tokens_set in bug_shaped_sets(vocab_size, draft, block_size).items():
-                p = float(law.token_probs[j, tokens_set].sum())
-                hits = int(joint[j, tokens_set].sum())
-                tests.append(
-                    _Test(
-                        b,
-                        j,
-                        float(stats.binomial_pvalues(hits, reached, p)),
-                        hits / reached,
-                        f"y in {name} given m={j}: {hits}/{reached}, P={p:.4g}",
-                    )
-                )
-    level = alpha / max(len(tests), 1)
-    detectable = max(
-        (stats.GoodnessOfFit(j, trials.num_trials, alpha=level).detectable_tv for j in joints),
-        default=math.inf,
-    )
+    tests, detectable = law_of_y_components(batch, trials, alpha, block_size)
+    summary = f"{batch.num_requests} requests x {trials.num_trials} trials"
     total = batch.num_requests * trials.num_trials
     return _holm_verdict(
-        "law_of_y",
-        variant,
-        tests,
-        alpha,
-        detectable,
-        total,
-        time.perf_counter() - start,
-        f"{batch.num_requests} requests x {trials.num_trials} trials",
+        "law_of_y", variant, tests, alpha, detectable, total, time.perf_counter() - start, summary
     )
 
 
@@ -928,6 +909,53 @@ def drafts_from_q(batch: SpecBatch, num_trials: int, seed: int) -> I64Array:
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
+def draw_trials_from_q(
+    variant: Variant,
+    batch: SpecBatch,
+    num_trials: int,
+    seed: int,
+    *,
+    max_elements: int = DEFAULT_MAX_ELEMENTS,
+) -> Trials:
+    """`draw_trials` with every trial's drafts drawn afresh from ``q`` (`drafts_from_q`)."""
+    ids = drafts_from_q(batch, num_trials, seed)
+    return draw_trials(
+        variant, batch, num_trials, seed, draft_token_ids=ids, purpose="marginal", max_elements=max_elements
+    )
+
+
+def marginal_components(batch: SpecBatch, trials: Trials, alpha: float) -> tuple[list[Component], float]:
+    """The tests of every position's marginal, and the deviation they detect (see `check_marginal`)."""
+    vocab_size = batch.vocab_size
+    tests: list[Component] = []
+    first_rows: list[F64Array] = []
+    for b, law in enumerate(exact_law(batch)):
+        tokens, emitted = _request_rows(trials, b)
+        n = law.accept_probs.shape[0]
+        emitted = np.clip(emitted, 0, n + 1)
+        first_rows.append(law.target_probs[0])
+        for k in range(n + 1):
+            reached = tokens[emitted > k, k]
+            if reached.size == 0:
+                continue
+            inside = (reached >= 0) & (reached < vocab_size)
+            if not inside.all():
+                tests.append(
+                    Component(b, k, 0.0, float(np.sum(~inside)), f"ids out of range at position {k}")
+                )
+                continue
+            counts = np.bincount(reached, minlength=vocab_size)
+            fit = stats.GoodnessOfFit(law.target_probs[k], reached.size)
+            what = f"position {k} vs p_{k}: G over {fit.num_groups} pooled cells, N={reached.size}"
+            tests.append(Component(b, k, float(fit.pvalues(counts)), float(fit.statistics(counts)), what))
+    level = alpha / max(len(tests), 1)
+    detectable = max(
+        (stats.GoodnessOfFit(p, trials.num_trials, alpha=level).detectable_tv for p in first_rows),
+        default=math.inf,
+    )
+    return tests, detectable
+
+
 def check_marginal(
     variant: Variant,
     batch: SpecBatch,
@@ -948,60 +976,15 @@ def check_marginal(
     if batch.method == "synthetic":
         return None
     start = time.perf_counter()
-    ids = drafts_from_q(batch, num_samples, seed)
     try:
-        trials = draw_trials(
-            variant,
-            batch,
-            num_samples,
-            seed,
-            draft_token_ids=ids,
-            purpose="marginal",
-            max_elements=max_elements,
-        )
+        trials = draw_trials_from_q(variant, batch, num_samples, seed, max_elements=max_elements)
     except VariantError as error:
         return _failed_call("marginal", variant, error, time.perf_counter() - start)
-    vocab_size = batch.vocab_size
-    tests: list[_Test] = []
-    first_rows: list[F64Array] = []
-    for b, law in enumerate(exact_law(batch)):
-        tokens, emitted = _request_rows(trials, b)
-        n = law.accept_probs.shape[0]
-        emitted = np.clip(emitted, 0, n + 1)
-        first_rows.append(law.target_probs[0])
-        for k in range(n + 1):
-            reached = tokens[emitted > k, k]
-            if reached.size == 0:
-                continue
-            inside = (reached >= 0) & (reached < vocab_size)
-            if not inside.all():
-                tests.append(_Test(b, k, 0.0, float(np.sum(~inside)), f"ids out of range at position {k}"))
-                continue
-            counts = np.bincount(reached, minlength=vocab_size)
-            fit = stats.GoodnessOfFit(law.target_probs[k], reached.size)
-            tests.append(
-                _Test(
-                    b,
-                    k,
-                    float(fit.pvalues(counts)),
-                    float(fit.statistics(counts)),
-                    f"position {k} vs p_{k}: G over {fit.num_groups} pooled cells, N={reached.size}",
-                )
-            )
-    level = alpha / max(len(tests), 1)
-    detectable = max(
-        (stats.GoodnessOfFit(p, num_samples, alpha=level).detectable_tv for p in first_rows), default=math.inf
-    )
+    tests, detectable = marginal_components(batch, trials, alpha)
+    summary = f"{batch.num_requests} requests x {num_samples} trials, drafts drawn from q"
     total = batch.num_requests * num_samples
     return _holm_verdict(
-        "marginal",
-        variant,
-        tests,
-        alpha,
-        detectable,
-        total,
-        time.perf_counter() - start,
-        f"{batch.num_requests} requests x {num_samples} trials, drafts drawn from q",
+        "marginal", variant, tests, alpha, detectable, total, time.perf_counter() - start, summary
     )
 
 

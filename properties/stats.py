@@ -325,6 +325,38 @@ class GoodnessOfFit:
         return observed
 
 
+def worst_case_deviation(fit: GoodnessOfFit, eps: float, where: str = "head", sign: float = 1.0) -> F64Array:
+    """A law at total variation ``eps`` from ``fit.probs``, shaped as the stated power's worst case.
+
+    The pooled cells are split at half the mass, by rank; the half in the ``head`` (the most probable
+    cells) or the ``tail`` gains mass (``sign = 1``) or loses it (``sign = -1``) in proportion to its
+    probabilities, the other half the opposite, each cell keeping its share of its pooled group. When
+    the halves hold exactly half the mass each, the non-centrality ``4 N eps**2`` is the smallest any
+    deviation of size ``eps`` has: the deviation `GoodnessOfFit.detectable_tv` promises to catch.
+
+    Args:
+        fit: the test whose pooled cells shape the deviation.
+        eps: the total variation to move.
+        where: ``"head"`` or ``"tail"``: the half that gains (or loses) mass.
+        sign: ``1`` for a gain in that half, ``-1`` for a loss.
+    """
+    if where not in ("head", "tail"):
+        raise ValueError(f"where is {where!r}; expected 'head' or 'tail'")
+    pooled = fit.pooled_probs
+    half = int(np.argmin(np.abs(np.cumsum(pooled) - 0.5))) + 1
+    half = min(max(half, 1), pooled.shape[0] - 1)
+    ranks = np.arange(pooled.shape[0])
+    moved = ranks < half if where == "head" else ranks >= half
+    mass = float(pooled[moved].sum())
+    ratio = np.where(moved, 1 + sign * eps / mass, 1 - sign * eps / (1 - mass))
+    if np.any(ratio < 0):
+        raise ValueError(f"eps is {eps}; a half of mass {min(mass, 1 - mass):.4g} cannot lose that much")
+    law = fit.probs / fit.probs.sum()
+    return np.asarray(
+        np.where(fit.groups >= 0, law * ratio[np.maximum(fit.groups, 0)], 0.0), dtype=np.float64
+    )
+
+
 def goodness_of_fit(
     counts: npt.ArrayLike,
     probs: npt.ArrayLike,

@@ -196,6 +196,13 @@ def test_a_malformed_output_breaks_the_invariants() -> None:
     assert not verdict.passed and "token_ids" in verdict.message
 
 
+def test_coupled_replays_a_bounded_share_of_large_batches() -> None:
+    """Coupling replays only the first trials of each request once the logits pass max_elements."""
+    batch = _batch()
+    verdict = check_coupled(VectorisedSampler(), batch, num_samples=100, seed=1, max_elements=3 * 24 * 4 * 10)
+    assert verdict is not None and verdict.passed and verdict.num_samples == 3 * 10, verdict.message
+
+
 # ---------------------------------------------------------------------------------------------
 # Planted bugs the checks kill
 

@@ -27,6 +27,7 @@ from properties.stats import (
     pool_cells,
     two_sample_test,
     williams_bound,
+    worst_case_deviation,
     zero_cell_detectable,
 )
 
@@ -46,23 +47,6 @@ def zipf(vocab_size: int, exponent: float) -> np.ndarray:
     """A Zipf law over ``vocab_size`` tokens: the usual shape of a language model's next-token law."""
     weights = 1.0 / np.arange(1, vocab_size + 1) ** exponent
     return weights / weights.sum()
-
-
-def plant_deviation(fit: GoodnessOfFit, where: str, sign: float, eps: float) -> np.ndarray:
-    """Move ``fit``'s law by total variation ``eps`` in the worst shape on its pooled cells.
-
-    The pooled cells are split at half the mass; the half in the ``head`` (most probable cells) or the
-    ``tail`` gains (``sign = 1``) or loses mass in proportion to its probabilities, the other half the
-    opposite. With both halves near 1/2 the non-centrality is the smallest any deviation of that size
-    has: ``4 N eps**2``.
-    """
-    pooled = fit.pooled_probs
-    half = int(np.argmin(np.abs(np.cumsum(pooled) - 0.5))) + 1
-    moved = np.arange(pooled.shape[0]) < half if where == "head" else np.arange(pooled.shape[0]) >= half
-    mass = pooled[moved].sum()
-    ratio = np.where(moved, 1 + sign * eps / mass, 1 - sign * eps / (1 - mass))
-    law = fit.probs / fit.probs.sum()
-    return np.where(fit.groups >= 0, law * ratio[fit.groups], 0.0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -238,7 +222,7 @@ def test_goodness_of_fit_rejects_the_stated_deviation_with_the_stated_power(case
     rng = np.random.default_rng([list(POWER_LAWS).index(case), where == "head"])
     fit = GoodnessOfFit(law, n)
     for sign in (1.0, -1.0):
-        moved = plant_deviation(fit, where, sign, fit.detectable_tv)
+        moved = worst_case_deviation(fit, fit.detectable_tv, where, sign)
         assert 0.5 * np.abs(moved - law).sum() == pytest.approx(fit.detectable_tv)
         misses = int(np.sum(fit.pvalues(rng.multinomial(n, moved, size=TRIALS)) >= fit.alpha))
         # Power 1 - beta means at most beta * TRIALS misses on average; the bound has alpha 1e-6 / 2.
@@ -250,7 +234,7 @@ def test_the_stated_detectable_deviation_is_tight() -> None:
     """At half the stated detectable TV the worst-shaped deviation is mostly missed: the claim is tight."""
     law, n = np.full(64, 1 / 64), 3000
     fit = GoodnessOfFit(law, n)
-    moved = plant_deviation(fit, "head", 1.0, fit.detectable_tv / 2)
+    moved = worst_case_deviation(fit, fit.detectable_tv / 2, "head", 1.0)
     rejected = int(
         np.sum(fit.pvalues(np.random.default_rng(9).multinomial(n, moved, size=TRIALS)) < fit.alpha)
     )
@@ -356,7 +340,7 @@ def test_two_sample_test_holds_its_level_and_its_stated_power() -> None:
     assert stats.kstest(null, "uniform").pvalue > ALPHA / 2
     eps = two_sample_test(rng.multinomial(n_a, law), rng.multinomial(n_b, law)).detectable_tv
     fit = GoodnessOfFit(law, min(n_a, n_b))
-    moved = plant_deviation(fit, "head", 1.0, eps)
+    moved = worst_case_deviation(fit, eps, "head", 1.0)
     misses = sum(
         not two_sample_test(rng.multinomial(n_a, law), rng.multinomial(n_b, moved)).reject
         for _ in range(1000)
