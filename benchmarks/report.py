@@ -23,6 +23,9 @@ from typing import Any
 OURS = "triton"
 PYTORCH = "torch"
 CASE_FIELDS = ("method", "dtype", "layout", "temperature", "batch", "num_drafts", "vocab")
+# Two medians of one run within 5 % count as equal: the largest run-to-run spread of a median
+# measured on an H200 was 6 %, on a 26 us case; cases above 40 us stayed within 1.4 %.
+SAME_TIME_TOLERANCE = 0.05
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,33 @@ def results_table(records: Sequence[Record]) -> str:
     return "\n".join(lines)
 
 
+def summary_table(records: Sequence[Record]) -> str:
+    """Floor ratios of ours per method, temperature, dtype and batch range, with PyTorch's slowdown."""
+    groups: dict[tuple[Any, ...], list[tuple[float, float | None]]] = {}
+    for variants in _paired(r for r in records if r.test == "test_gpu_time").values():
+        ours = variants.get(OURS)
+        if ours is None or "floor_ratio" not in ours.info:
+            continue
+        info = ours.info
+        key = (info["method"], info["temperature"], info["dtype"], info["batch"] >= 64)
+        pytorch = variants.get(PYTORCH)
+        slowdown = pytorch.median_s / ours.median_s if pytorch else None
+        groups.setdefault(key, []).append((info["floor_ratio"], slowdown))
+    lines = [
+        "| method | T | dtype | B | cases | ratio min | ratio median | ratio max | torch / ours median |",
+        "|---|---|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for (method, temperature, dtype, large), values in sorted(groups.items()):
+        ratios = [ratio for ratio, _ in values]
+        slowdowns = [s for _, s in values if s is not None]
+        slowdown = f"{statistics.median(slowdowns):.0f}x" if slowdowns else ""
+        lines.append(
+            f"| {method} | {temperature:g} | {dtype} | {'>= 64' if large else '< 64'} | {len(values)} "
+            f"| {min(ratios):.2f} | {statistics.median(ratios):.2f} | {max(ratios):.2f} | {slowdown} |"
+        )
+    return "\n".join(lines)
+
+
 @dataclass(frozen=True)
 class TargetResult:
     """One issue-6 target: what it asks, what was measured, and whether it holds."""
@@ -178,28 +208,35 @@ def check_targets(records: Sequence[Record]) -> list[TargetResult]:
                 "B=1 n=4 V=128256: <= 20 us per call from Python", f"{_us(latency)} us", latency <= 20e-6
             )
         )
-    slower = []
-    compared = 0
-    for record in ours:
-        method, temperature = record.info["method"], record.info["temperature"]
-        if not (method == "strict" or (method == "probabilistic" and temperature == 0)):
-            continue
-        fields = {name: record.info[name] for name in CASE_FIELDS if name not in ("method", "temperature")}
-        probabilistic = _find(ours, method="probabilistic", temperature=1.0, **fields)
-        if probabilistic is None:
-            continue
-        compared += 1
-        # Within 2 % counts as equal: the run-to-run spread of one median is about that size.
-        if record.median_s > 1.02 * probabilistic.median_s:
-            slower.append(f"{_case_label(record)} {record.median_s / probabilistic.median_s:.2f}x")
-    if compared:
-        results.append(
-            TargetResult(
-                "greedy and strict never slower than probabilistic at the same shape",
-                f"{len(slower)} of {compared} slower" + (f": {'; '.join(slower[:6])}" if slower else ""),
-                not slower,
+    kinds = (
+        ("greedy (T=0, probabilistic and strict)", lambda m, t: t == 0 and m in ("probabilistic", "strict")),
+        ("strict (T=1)", lambda m, t: t > 0 and m == "strict"),
+    )
+    for label, selected in kinds:
+        slower = []
+        compared = 0
+        for record in ours:
+            if not selected(record.info["method"], record.info["temperature"]):
+                continue
+            fields = {
+                name: record.info[name] for name in CASE_FIELDS if name not in ("method", "temperature")
+            }
+            probabilistic = _find(ours, method="probabilistic", temperature=1.0, **fields)
+            if probabilistic is None:
+                continue
+            compared += 1
+            ratio = record.median_s / probabilistic.median_s
+            if ratio > 1 + SAME_TIME_TOLERANCE:
+                slower.append((ratio, _case_label(record)))
+        if compared:
+            worst = "; ".join(f"{name} {ratio:.2f}x" for ratio, name in sorted(slower, reverse=True)[:3])
+            results.append(
+                TargetResult(
+                    f"{label} never slower than probabilistic T=1 at the same shape",
+                    f"{len(slower)} of {compared} slower" + (f"; worst: {worst}" if slower else ""),
+                    not slower,
+                )
             )
-        )
     return results
 
 
@@ -315,12 +352,13 @@ def plot_roofline(runs: Sequence[Run], path: str | Path) -> None:
 def _results(args: argparse.Namespace) -> int:
     runs = [load_run(path) for path in args.runs]
     records = [r for run in runs for r in run.records]
-    text = "\n\n".join([targets_table(check_targets(records)), results_table(records)])
+    tables = [targets_table(check_targets(records)), summary_table(records), results_table(records)]
+    text = "\n\n".join(tables)
     if args.markdown:
         Path(args.markdown).write_text(text + "\n", encoding="utf-8")
-    print(text)
     if args.plot:
         plot_roofline(runs, args.plot)
+    print(text)
     return 0
 
 
