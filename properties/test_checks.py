@@ -22,6 +22,7 @@ from properties.checks import (
     check_law_of_m,
     check_law_of_y,
     check_marginal,
+    compare_variants,
     discrepancy,
     run_checks,
 )
@@ -243,6 +244,18 @@ def test_invariants_kill_greedy_rows_on_the_sampling_path() -> None:
         Planted("M14", _greedy_sampled, canonical_rng=True), _batch(), num_samples=200, seed=6
     )
     assert not verdict.passed and "greedy" in verdict.message and verdict.request == 2, verdict.message
+
+
+def test_two_variants_are_told_apart_without_the_exact_law() -> None:
+    """The two-sample comparison accepts two correct variants and rejects an unclamped residual (M03)."""
+    batch = _batch()
+    same = compare_variants(
+        VectorisedSampler(), Planted("copy", VectorisedSampler(), False), batch, num_samples=800
+    )
+    assert not same.reject, same.reason
+    planted = Planted("M03", _unclamped, canonical_rng=False)
+    differ = compare_variants(VectorisedSampler(), planted, batch, num_samples=800, seed=1)
+    assert differ.reject, differ.reason
 
 
 def test_law_of_m_kills_a_uniform_shared_across_positions() -> None:

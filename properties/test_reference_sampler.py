@@ -11,7 +11,7 @@ from reference.law import exact_law
 from reference.sampler import RequestNoise, canonical_noise, reference_sample
 
 NUM_SAMPLES = 4000
-# alpha per assertion; at N = 4000 over <= 24 pooled cells the test detects TV >= ~0.07 with power 0.999.
+# alpha per assertion; at N = 4000 over <= 24 pooled cells the G-test detects TV >= 0.082 with power 0.999.
 ALPHA = 1e-6
 
 CASES = {
@@ -28,7 +28,7 @@ CASES = {
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_samples_follow_the_exact_law(case: str) -> None:
-    """Over independent seeds, the joint law of (m, y) matches exact_law (Pearson, alpha 1e-6)."""
+    """Over independent seeds, the joint law of (m, y) matches exact_law (G-test, alpha 1e-6)."""
     spec = CASES[case]
     rng = np.random.default_rng(list(CASES).index(case))
     vocab_size, n = 5, 3
