@@ -3,8 +3,9 @@
 - ci: the CPU interpreter in CI (tox sets it); derandomized, no example database, blob printed for
   replay, small sample budgets (`properties.suite.BUDGETS`).
 - dev: a developer's CPU run; random, a local example database under .hypothesis/, blob printed.
-- gpu: a CUDA GPU; 100 examples per property, 20,000 trials per request, 256K-token vocabularies.
-- nightly: a long GPU run; 1,000 examples per property, 100,000 trials per request.
+- gpu: a CUDA GPU; 100 examples per property (25 for the variant tests, whose examples draw
+  thousands of trials each), 20,000 trials per request, 256K-token vocabularies.
+- nightly: a long GPU run; 1,000 examples per property (250), 100,000 trials per request.
 
 Tests marked ``gpu`` skip without a CUDA GPU, saying so.
 """

@@ -344,7 +344,7 @@ def spec_batches(
                 step=draw(steps()),
             )
         )
-    most = max(len(r.draft_token_ids) for r in requests)  # type: ignore[arg-type]
+    most = max(len(r.draft_token_ids) for r in requests)
     rates = None
     if method == "synthetic":
         if draw(st.booleans()):

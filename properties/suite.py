@@ -42,8 +42,8 @@ class Budget:
 BUDGETS = {
     "ci": Budget(num_samples=2000, interpreted_trials=2, examples=8, interpreted_examples=6),
     "dev": Budget(num_samples=4000, interpreted_trials=4, examples=20, interpreted_examples=10),
-    "gpu": Budget(num_samples=20000, interpreted_trials=4, examples=100, interpreted_examples=10),
-    "nightly": Budget(num_samples=100000, interpreted_trials=8, examples=1000, interpreted_examples=50),
+    "gpu": Budget(num_samples=20000, interpreted_trials=4, examples=25, interpreted_examples=10),
+    "nightly": Budget(num_samples=100000, interpreted_trials=8, examples=250, interpreted_examples=50),
 }
 BUDGET = BUDGETS.get(PROFILE, BUDGETS["dev"])
 
