@@ -231,7 +231,7 @@ def walk_request(method: str, inputs: RequestInputs) -> RequestWalk:
             near = (
                 bool(_zero_ambiguous(log_p, tol_p))
                 or bool(_zero_ambiguous(log_q, tol_q))
-                or (np.isfinite(margin) and abs(margin) <= tol_p + tol_q + tol_u)
+                or bool(np.isfinite(margin) and abs(margin) <= tol_p + tol_q + tol_u)
             )
         else:
             accept = False
@@ -286,7 +286,7 @@ def coupled_agreement(batch: SpecBatch, output: SpecOutput) -> Agreement:
     for b, inputs in enumerate(request_inputs(batch)):
         walk = walk_request(batch.method, inputs)
         result.num_decisions += walk.num_decisions
-        result.near_ties += sum(walk.near)
+        result.near_ties += int(sum(walk.near))
         mine = tokens[b, : max(int(emitted[b]), 0)].tolist()
         if mine != walk.token_ids:
             result.mismatches += 1

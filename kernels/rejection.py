@@ -38,22 +38,30 @@ from reference.contract import SpecBatch, SpecOutput
 
 CHECK_VALUES_ENV = "SPECSAMPLE_CHECK_VALUES"
 METHOD_CODES = {"probabilistic": 0, "strict": 1, "synthetic": 2}
-MAX_BLOCK_V = 4096
+# Statistics tiles are wide (a memory-bound pass); tiles that draw Gumbel noise are narrow, because
+# Philox needs registers per token and occupancy hides its dependent multiply chain.
+STATS_BLOCK_V = 4096
+SAMPLE_BLOCK_V = 1024
+STATS_WARPS = 8
+SAMPLE_WARPS = 8
 MAX_SPLITS = 32
 MAX_POS_BLOCK = 16
 
 
 @dataclass(frozen=True)
 class VocabLayout:
-    """How a row is cut into programs: ``num_splits`` splits of ``tiles_per_split`` tiles of ``block_v``.
+    """How a row is cut into programs: ``num_splits`` splits of ``split_size`` tokens.
 
-    The layout depends on ``V`` alone, so a request's statistics, and therefore its output, do not
-    depend on the batch it rides in.
+    A split is ``tiles_per_split`` statistics tiles of ``block_v`` tokens, or ``sample_tiles``
+    sampling tiles of ``sample_block`` tokens. The layout depends on ``V`` alone, so a request's
+    statistics, and therefore its output, do not depend on the batch it rides in.
     """
 
     block_v: int
     tiles_per_split: int
     num_splits: int
+    sample_block: int
+    sample_tiles: int
 
     @property
     def split_block(self) -> int:
@@ -63,14 +71,17 @@ class VocabLayout:
 
 def vocab_layout(vocab_size: int) -> VocabLayout:
     """Tiles of up to 4096 tokens, one to a split, at most 32 splits (more tiles per split beyond)."""
-    block_v = min(MAX_BLOCK_V, max(16, triton.next_power_of_2(vocab_size)))
+    block_v = min(STATS_BLOCK_V, max(16, triton.next_power_of_2(vocab_size)))
     num_tiles = triton.cdiv(vocab_size, block_v)
     tiles_per_split = triton.cdiv(num_tiles, MAX_SPLITS)
-    return VocabLayout(block_v, tiles_per_split, triton.cdiv(num_tiles, tiles_per_split))
-
-
-def _num_warps(block_v: int) -> int:
-    return 8 if block_v >= 2048 else 4
+    sample_block = min(SAMPLE_BLOCK_V, block_v)
+    return VocabLayout(
+        block_v=block_v,
+        tiles_per_split=tiles_per_split,
+        num_splits=triton.cdiv(num_tiles, tiles_per_split),
+        sample_block=sample_block,
+        sample_tiles=tiles_per_split * block_v // sample_block,
+    )
 
 
 def _check_values_default(batch: SpecBatch) -> bool:
@@ -136,7 +147,10 @@ def rejection_sample(batch: SpecBatch, *, check_values: bool | None = None) -> S
     num_rates = rates.shape[0] if rates is not None and batch.method == "synthetic" else 0
     num_draft_ids = batch.draft_token_ids.shape[0]
     shared = dict(METHOD=method, HAS_DRAFT=draft is not None, SLOTTED=slotted)
-    num_warps = _num_warps(layout.block_v)
+    strict = batch.method == "strict"
+    stats_block, stats_tiles = (
+        (layout.sample_block, layout.sample_tiles) if strict else (layout.block_v, layout.tiles_per_split)
+    )
 
     # The interpreter evaluates both sides of every tl.where with numpy, which warns on log(0) and
     # inf - inf; the kernels define the result of every such lane.
@@ -148,7 +162,8 @@ def rejection_sample(batch: SpecBatch, *, check_values: bool | None = None) -> S
             target_max, target_sum, target_arg, draft_max, draft_sum, cand_logit, cand_gumbel, cand_token,
             target.shape[0], num_draft_ids, num_draft_rows, slot_capacity,
             target.stride(0), draft_stride, slot_stride, vocab_size, max_num_drafts, num_splits,
-            TILES_PER_SPLIT=layout.tiles_per_split, BLOCK_V=layout.block_v, num_warps=num_warps, **shared,
+            TILES_PER_SPLIT=stats_tiles, BLOCK_V=stats_block,
+            num_warps=SAMPLE_WARPS if strict else STATS_WARPS, **shared,
         )  # fmt: skip
         jit.decide_kernel[(num_requests,)](
             target, draft_arg, batch.draft_token_ids, batch.cu_num_drafts, batch.temperature,
@@ -169,7 +184,7 @@ def rejection_sample(batch: SpecBatch, *, check_values: bool | None = None) -> S
             jit.sample_kernel[(num_requests, num_splits)](
                 target, draft_arg, batch.temperature, batch.seed, batch.step, info_int, info_float,
                 res_key, res_token, res_mass, tgt_key, tgt_token, vocab_size, num_splits,
-                TILES_PER_SPLIT=layout.tiles_per_split, BLOCK_V=layout.block_v, num_warps=num_warps,
+                TILES_PER_SPLIT=layout.sample_tiles, BLOCK_V=layout.sample_block, num_warps=SAMPLE_WARPS,
             )  # fmt: skip
             jit.emit_kernel[(num_requests,)](
                 target, batch.temperature, info_int, info_float,

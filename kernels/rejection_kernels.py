@@ -170,7 +170,7 @@ def _split_stats(
     best_logit = tl.full([], NEG_INF, tl.float32)
     best_gumbel = tl.full([], NEG_INF, tl.float32)
     best_token = first
-    for tile in tl.static_range(TILES_PER_SPLIT):
+    for tile in range(TILES_PER_SPLIT):
         tokens = first + tile * BLOCK_V + lanes
         in_vocab = tokens < vocab_size
         x = _clean(tl.load(row_ptr + tokens, mask=in_vocab & row_inside, other=NEG_INF))
@@ -674,7 +674,7 @@ def sample_kernel(
         res_mass = tl.full([], NEG_INF, tl.float32)
         tgt_key = tl.full([], NEG_INF, tl.float32)
         tgt_token = first
-        for tile in tl.static_range(TILES_PER_SPLIT):
+        for tile in range(TILES_PER_SPLIT):
             tokens = first + tile * BLOCK_V + lanes
             in_vocab = tokens < vocab_size
             x = _clean(tl.load(target_row_ptr + tokens, mask=in_vocab & (target_offset >= 0), other=NEG_INF))

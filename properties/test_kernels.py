@@ -201,7 +201,7 @@ def test_split_vocabulary_agrees_with_the_reference() -> None:
     """A vocabulary cut into several splits and tiles per split gives the reference's samples."""
     vocab_size = 4096 * 33 + 5  # 34 tiles: 2 tiles in each of 17 splits
     layout = vocab_layout(vocab_size)
-    assert layout.tiles_per_split == 2 and layout.num_splits == 17
+    assert (layout.tiles_per_split, layout.num_splits, layout.sample_tiles) == (2, 17, 8)
     rng = np.random.default_rng(11)
     requests = [
         RequestData(
@@ -211,7 +211,7 @@ def test_split_vocabulary_agrees_with_the_reference() -> None:
             temperature=1.0,
             seed=seed,
         )
-        for seed in range(2)
+        for seed in range(1)
     ]
     for method in METHODS:
         batch = make_batch(requests, method=method, synthetic_rates=[0.5], device=DEVICE)
