@@ -6,11 +6,11 @@ Two measurements of a call:
   several times its size) and the GPU is then held busy by a spin kernel for about twice the
   host's dispatch time of the call; only then is the call timed between two CUDA events. The hold
   lets Python enqueue every launch before the first one runs, so the events see the kernels back
-  to back and not the launcher's host overhead (about 170 us a call, measured: without the hold,
-  small shapes timed the host). The flush evicts the inputs, so every round reads them from device
-  memory as a serving step would: the effect of rotating among input sets larger than the L2,
-  without the memory. pytest-benchmark reads `EventClock` before and after each round; the timed
-  call advances it by the event time, so each recorded duration is exactly the GPU time.
+  to back and not the launcher's host overhead (120 to 190 us a call on an H200; without the hold,
+  small shapes timed the host). The flush evicts the inputs, so every round reads them from
+  device memory as a serving step would: the effect of rotating among input sets larger than the
+  L2, without the memory. pytest-benchmark reads `EventClock` before and after each round; the
+  timed call advances it by the event time, so each recorded duration is exactly the GPU time.
 - **Call latency** (`ColdCallTimer.synchronised_call` with the default ``perf_counter`` timer): a
   flush and a synchronisation outside the timed region, then the call and a synchronisation inside
   it: the time a user waits from Python for a result, host overhead included.
