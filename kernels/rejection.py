@@ -38,13 +38,14 @@ from reference.contract import SpecBatch, SpecOutput
 
 CHECK_VALUES_ENV = "SPECSAMPLE_CHECK_VALUES"
 METHOD_CODES = {"probabilistic": 0, "strict": 1, "synthetic": 2}
-# Statistics tiles are wide (a memory-bound pass); tiles that draw Gumbel noise are narrow, because
-# Philox needs registers per token and occupancy hides its dependent multiply chain.
-STATS_BLOCK_V = 4096
-SAMPLE_BLOCK_V = 1024
-STATS_WARPS = 8
-SAMPLE_WARPS = 8
+# A split is at most 32 per row, of 4096 tokens or a multiple. Each kernel walks it in its own
+# tiles: the memory-bound statistics pass in 2048-token tiles with 4 warps, the Gumbel passes, which
+# are bound by Philox and log arithmetic, in tiles whose size a block-size sweep on an H200 chose.
+SPLIT_BLOCK_V = 4096
 MAX_SPLITS = 32
+STATS_BLOCK_V, STATS_WARPS = 2048, 4
+SAMPLE_BLOCK_V, SAMPLE_WARPS = 4096, 8
+STRICT_BLOCK_V, STRICT_WARPS = 1024, 4
 MAX_POS_BLOCK = 16
 
 
@@ -52,36 +53,30 @@ MAX_POS_BLOCK = 16
 class VocabLayout:
     """How a row is cut into programs: ``num_splits`` splits of ``split_size`` tokens.
 
-    A split is ``tiles_per_split`` statistics tiles of ``block_v`` tokens, or ``sample_tiles``
-    sampling tiles of ``sample_block`` tokens. The layout depends on ``V`` alone, so a request's
-    statistics, and therefore its output, do not depend on the batch it rides in.
+    The layout depends on ``V`` alone, so a request's statistics, and therefore its output, do not
+    depend on the batch it rides in.
     """
 
-    block_v: int
-    tiles_per_split: int
+    split_size: int
     num_splits: int
-    sample_block: int
-    sample_tiles: int
 
     @property
     def split_block(self) -> int:
         """``num_splits`` rounded up to a power of two, the width of the combine blocks."""
         return triton.next_power_of_2(self.num_splits)
 
+    def tiles(self, block_v: int) -> tuple[int, int]:
+        """``(tile size, tiles per split)`` for a kernel that walks a split in tiles of ``block_v``."""
+        block = min(block_v, self.split_size)
+        return block, self.split_size // block
+
 
 def vocab_layout(vocab_size: int) -> VocabLayout:
-    """Tiles of up to 4096 tokens, one to a split, at most 32 splits (more tiles per split beyond)."""
-    block_v = min(STATS_BLOCK_V, max(16, triton.next_power_of_2(vocab_size)))
-    num_tiles = triton.cdiv(vocab_size, block_v)
-    tiles_per_split = triton.cdiv(num_tiles, MAX_SPLITS)
-    sample_block = min(SAMPLE_BLOCK_V, block_v)
-    return VocabLayout(
-        block_v=block_v,
-        tiles_per_split=tiles_per_split,
-        num_splits=triton.cdiv(num_tiles, tiles_per_split),
-        sample_block=sample_block,
-        sample_tiles=tiles_per_split * block_v // sample_block,
-    )
+    """Splits of 4096 tokens (fewer for a small vocabulary), at most 32 (wider splits beyond)."""
+    block = min(SPLIT_BLOCK_V, max(16, triton.next_power_of_2(vocab_size)))
+    tiles_per_split = triton.cdiv(triton.cdiv(vocab_size, block), MAX_SPLITS)
+    split_size = block * tiles_per_split
+    return VocabLayout(split_size=split_size, num_splits=triton.cdiv(vocab_size, split_size))
 
 
 def _check_values_default(batch: SpecBatch) -> bool:
@@ -148,9 +143,8 @@ def rejection_sample(batch: SpecBatch, *, check_values: bool | None = None) -> S
     num_draft_ids = batch.draft_token_ids.shape[0]
     shared = dict(METHOD=method, HAS_DRAFT=draft is not None, SLOTTED=slotted)
     strict = batch.method == "strict"
-    stats_block, stats_tiles = (
-        (layout.sample_block, layout.sample_tiles) if strict else (layout.block_v, layout.tiles_per_split)
-    )
+    stats_block, stats_tiles = layout.tiles(STRICT_BLOCK_V if strict else STATS_BLOCK_V)
+    sample_block, sample_tiles = layout.tiles(SAMPLE_BLOCK_V)
 
     # The interpreter evaluates both sides of every tl.where with numpy, which warns on log(0) and
     # inf - inf; the kernels define the result of every such lane.
@@ -163,7 +157,7 @@ def rejection_sample(batch: SpecBatch, *, check_values: bool | None = None) -> S
             target.shape[0], num_draft_ids, num_draft_rows, slot_capacity,
             target.stride(0), draft_stride, slot_stride, vocab_size, max_num_drafts, num_splits,
             TILES_PER_SPLIT=stats_tiles, BLOCK_V=stats_block,
-            num_warps=SAMPLE_WARPS if strict else STATS_WARPS, **shared,
+            num_warps=STRICT_WARPS if strict else STATS_WARPS, **shared,
         )  # fmt: skip
         jit.decide_kernel[(num_requests,)](
             target, draft_arg, batch.draft_token_ids, batch.cu_num_drafts, batch.temperature,
@@ -184,7 +178,7 @@ def rejection_sample(batch: SpecBatch, *, check_values: bool | None = None) -> S
             jit.sample_kernel[(num_requests, num_splits)](
                 target, draft_arg, batch.temperature, batch.seed, batch.step, info_int, info_float,
                 res_key, res_token, res_mass, tgt_key, tgt_token, vocab_size, num_splits,
-                TILES_PER_SPLIT=layout.sample_tiles, BLOCK_V=layout.sample_block, num_warps=SAMPLE_WARPS,
+                TILES_PER_SPLIT=sample_tiles, BLOCK_V=sample_block, num_warps=SAMPLE_WARPS,
             )  # fmt: skip
             jit.emit_kernel[(num_requests,)](
                 target, batch.temperature, info_int, info_float,

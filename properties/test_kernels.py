@@ -199,9 +199,9 @@ def test_near_ties_are_rare_on_ordinary_batches(method: str) -> None:
 
 def test_split_vocabulary_agrees_with_the_reference() -> None:
     """A vocabulary cut into several splits and tiles per split gives the reference's samples."""
-    vocab_size = 4096 * 33 + 5  # 34 tiles: 2 tiles in each of 17 splits
+    vocab_size = 4096 * 33 + 5  # 17 splits of 8192 tokens, the last one ragged
     layout = vocab_layout(vocab_size)
-    assert (layout.tiles_per_split, layout.num_splits, layout.sample_tiles) == (2, 17, 8)
+    assert (layout.split_size, layout.num_splits, layout.tiles(2048)) == (8192, 17, (2048, 4))
     rng = np.random.default_rng(11)
     requests = [
         RequestData(
