@@ -39,12 +39,13 @@ from reference.contract import SpecBatch, SpecOutput
 CHECK_VALUES_ENV = "SPECSAMPLE_CHECK_VALUES"
 METHOD_CODES = {"probabilistic": 0, "strict": 1, "synthetic": 2}
 # A split is at most 32 per row, of 4096 tokens or a multiple. Each kernel walks it in its own
-# tiles: the memory-bound statistics pass in 2048-token tiles with 4 warps, the Gumbel passes, which
-# are bound by Philox and log arithmetic, in tiles whose size a block-size sweep on an H200 chose.
+# tiles (sizes from a block-size sweep on an H200, kernels/RESULTS.md): the memory-bound statistics
+# pass in 2048-token tiles with 4 warps; the Gumbel passes, bound by Philox and log arithmetic, in
+# 1024-token tiles, few tokens per thread, so registers stay low and occupancy high.
 SPLIT_BLOCK_V = 4096
 MAX_SPLITS = 32
 STATS_BLOCK_V, STATS_WARPS = 2048, 4
-SAMPLE_BLOCK_V, SAMPLE_WARPS = 4096, 8
+SAMPLE_BLOCK_V, SAMPLE_WARPS = 1024, 8
 STRICT_BLOCK_V, STRICT_WARPS = 1024, 4
 MAX_POS_BLOCK = 16
 

@@ -90,7 +90,11 @@ def _inv_temperature(temperature):
 
 @triton.jit
 def _request_span(cu_ptr, request, max_num_drafts):
-    """The first draft index and the draft count of a request, clamped so no value reads out of bounds."""
+    """The first draft index and the draft count of a request, clamped so no value reads out of bounds.
+
+    Args:
+        cu_ptr: ``[B + 1]`` int32 prefix sums of the draft counts.
+    """
     start = tl.maximum(tl.load(cu_ptr + request).to(tl.int64), 0)
     end = tl.load(cu_ptr + request + 1).to(tl.int64)
     num_drafts = tl.minimum(tl.maximum(end - start, 0), max_num_drafts)
@@ -127,6 +131,9 @@ def _draft_row_offset(
     Flat drafts: row ``draft_start + position`` of ``[D, V]``. Slotted drafts: row ``position`` of
     slot ``draft_slot[request]`` of ``[S, K, V]``; a slot outside ``[0, S)`` or a position at or past
     ``K`` reads nothing.
+
+    Args:
+        draft_slot_ptr: ``[B]`` int32/int64 slots (read only if ``SLOTTED``).
     """
     if SLOTTED:
         slot = tl.load(draft_slot_ptr + request).to(tl.int64)
@@ -161,6 +168,9 @@ def _split_stats(
     ``-inf`` unless ``SAMPLE``. The candidate is kept as its raw logit and noise, so a later combine
     recomputes its key against the row max. Lanes past the vocabulary count for nothing; a row
     outside its tensor reads as no finite logit.
+
+    Args:
+        row_ptr: the row's first logit, fp32/fp16/bf16, ``V`` contiguous elements.
     """
     lanes = tl.arange(0, BLOCK_V)
     first = split * (TILES_PER_SPLIT * BLOCK_V)
@@ -186,13 +196,14 @@ def _split_stats(
         row_sum = row_sum * _rescale(row_max, new_max, inv_temperature) + tl.sum(weights, axis=0)
         row_max = new_max
         if SAMPLE:
-            keys = tl.where(in_vocab, scaled + _gumbel(seed, step, position, tokens), NEG_INF)
+            gumbel = _gumbel(seed, step, position, tokens)
+            keys = tl.where(in_vocab, scaled + gumbel, NEG_INF)
             tile_key, key_lane = tl.max(keys, axis=0, return_indices=True, return_indices_tie_break_left=True)
             held_key = _scaled(best_logit, new_max, inv_temperature) + best_gumbel
             take = tile_key > held_key
             picked = lanes == key_lane
             best_logit = tl.where(take, tl.sum(tl.where(picked, x, 0.0), axis=0), best_logit)
-            best_gumbel = tl.where(take, tl.sum(tl.where(picked, keys - scaled, 0.0), axis=0), best_gumbel)
+            best_gumbel = tl.where(take, tl.sum(tl.where(picked, gumbel, 0.0), axis=0), best_gumbel)
             best_token = tl.where(take, first + tile * BLOCK_V + key_lane, best_token)
     return row_max, row_sum, row_arg, best_logit, best_gumbel, best_token
 
@@ -334,6 +345,9 @@ def _combine_splits(max_ptr, sum_ptr, records, mask, inv_temperature, num_splits
     ``records`` holds the record index of each row's first split, shaped ``[P, 1]``; ``mask`` the
     rows to read, ``[P, 1]``. Returns ``[P]`` maxima, ``[P]`` log-sums and the ``[P, SPLIT_BLOCK]``
     split maxima. Splits combine in a fixed order, so a row's statistics never depend on the batch.
+
+    Args:
+        max_ptr, sum_ptr: ``[rows * num_splits]`` fp32 per-split maxima and sums of `row_stats_kernel`.
     """
     splits = tl.arange(0, SPLIT_BLOCK)[None, :]
     split_mask = mask & (splits < num_splits)
@@ -346,7 +360,11 @@ def _combine_splits(max_ptr, sum_ptr, records, mask, inv_temperature, num_splits
 
 @triton.jit
 def _row_argmax(arg_ptr, records, mask, split_max, row_max, num_splits, SPLIT_BLOCK: tl.constexpr):
-    """The first argmax of each row: the lowest token among the splits that hold the row max."""
+    """The first argmax of each row: the lowest token among the splits that hold the row max.
+
+    Args:
+        arg_ptr: ``[rows * num_splits]`` int32 per-split first argmax of `row_stats_kernel`.
+    """
     splits = tl.arange(0, SPLIT_BLOCK)[None, :]
     holds_max = mask & (splits < num_splits) & (split_max == row_max[:, None])
     split_arg = tl.load(arg_ptr + records + splits, mask=holds_max, other=NO_SPLIT)
@@ -358,7 +376,12 @@ def _strict_sample(
     logit_ptr, gumbel_ptr, token_ptr, records, mask, row_max, inv_temperature, num_splits,
     SPLIT_BLOCK: tl.constexpr,
 ):  # fmt: skip
-    """The Gumbel-max target sample of each row from its split candidates, ties to the lowest token."""
+    """The Gumbel-max target sample of each row from its split candidates, ties to the lowest token.
+
+    Args:
+        logit_ptr, gumbel_ptr: ``[rows * num_splits]`` fp32 candidate logits and noise.
+        token_ptr: ``[rows * num_splits]`` int32 candidate tokens.
+    """
     splits = tl.arange(0, SPLIT_BLOCK)[None, :]
     split_mask = mask & (splits < num_splits)
     logit = tl.load(logit_ptr + records + splits, mask=split_mask, other=NEG_INF)
@@ -371,7 +394,11 @@ def _strict_sample(
 
 @triton.jit
 def _log_prob(target_row_ptr, target_inside, token, row_max, log_sum, inv_temperature, vocab_size):
-    """``log p(token)`` under the target law; ``-inf`` below float64's smallest probability."""
+    """``log p(token)`` under the target law; ``-inf`` below float64's smallest probability.
+
+    Args:
+        target_row_ptr: the row's first logit, fp32/fp16/bf16 (read at ``token`` if inside).
+    """
     inside = target_inside & (token >= 0) & (token < vocab_size)
     logit = _clean(tl.load(target_row_ptr + tl.where(inside, token, 0), mask=inside, other=NEG_INF))
     log_prob = _scaled(logit, row_max, inv_temperature) - log_sum
