@@ -1,0 +1,299 @@
+"""A fuzz campaign: targeted cases first, then Hypothesis-driven search steered toward discrepancies.
+
+Every case runs the property checks of `properties.checks` on the variant; the first failing verdict
+stops the campaign, is shrunk by Hypothesis to a minimal batch (unless shrinking is off), and is
+written as a reproducer. Random choices inside the checks derive from a seed drawn with the case, so a
+failure replays exactly.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+from hypothesis import HealthCheck, Phase, given, settings, target
+from hypothesis import seed as hypothesis_seed
+from hypothesis import strategies as st
+from hypothesis.database import (
+    DirectoryBasedExampleDatabase,
+    ExampleDatabase,
+    MultiplexedDatabase,
+    ReadOnlyDatabase,
+)
+
+from fuzz.reproducer import Reproducer, versions
+from fuzz.targeted import targeted_batches
+from properties import strategies
+from properties.batching import replicate
+from properties.checks import CHECKS, Verdict, discrepancy, run_checks
+from reference.contract import SpecBatch, Variant
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How hard a profile works: samples per check, alpha per assertion, examples per search round."""
+
+    num_samples: int
+    alpha: float
+    examples_per_round: int
+    seconds: float
+
+
+PROFILES: dict[str, Budget] = {
+    "ci": Budget(num_samples=2000, alpha=1e-6, examples_per_round=4, seconds=60.0),
+    "dev": Budget(num_samples=4000, alpha=1e-6, examples_per_round=25, seconds=300.0),
+    "gpu": Budget(num_samples=20000, alpha=1e-6, examples_per_round=50, seconds=600.0),
+    "nightly": Budget(num_samples=100000, alpha=1e-6, examples_per_round=200, seconds=3600.0),
+}
+
+
+@dataclass
+class CampaignResult:
+    """What a campaign saw: cases run, checks passed, the best discrepancy, and the failure if any."""
+
+    variant: str
+    cases: int = 0
+    checks_passed: int = 0
+    samples: int = 0
+    best_discrepancy: float = 0.0
+    seconds: float = 0.0
+    failure: Verdict | None = None
+    case: str | None = None
+    reproducer: Path | None = None
+    verdicts: list[Verdict] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        """Whether no check failed."""
+        return self.failure is None
+
+    def summary(self) -> dict[str, object]:
+        """JSON-ready summary."""
+        return {
+            "variant": self.variant,
+            "passed": self.passed,
+            "cases": self.cases,
+            "checks_passed": self.checks_passed,
+            "samples": self.samples,
+            "best_discrepancy": self.best_discrepancy,
+            "seconds": round(self.seconds, 2),
+            "case": self.case,
+            "failure": None if self.failure is None else asdict(self.failure),
+            "reproducer": None if self.reproducer is None else str(self.reproducer),
+        }
+
+
+class _Found(Exception):
+    """A failing verdict, raised inside a Hypothesis example so that Hypothesis shrinks the case."""
+
+    def __init__(self, verdict: Verdict, batch: SpecBatch, case_seed: int) -> None:
+        super().__init__(verdict.message)
+        self.verdict = verdict
+        self.batch = batch
+        self.case_seed = case_seed
+
+
+def say(text: str) -> None:
+    """One progress line on standard error."""
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
+class _Progress:
+    """Live progress on standard error: cases run, checks passed, best discrepancy, time left."""
+
+    def __init__(self, result: CampaignResult, deadline: float, enabled: bool, every: float = 2.0):
+        self.result, self.deadline, self.enabled, self.every = result, deadline, enabled, every
+        self.last = 0.0
+
+    def show(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not self.enabled or (not force and now - self.last < self.every):
+            return
+        self.last = now
+        r = self.result
+        say(
+            f"[fuzz {r.variant}] cases={r.cases} checks passed={r.checks_passed} samples={r.samples} "
+            f"best discrepancy={r.best_discrepancy:.2f} time left={max(0.0, self.deadline - now):.0f}s"
+        )
+
+
+def affordable_samples(
+    variant: Variant,
+    batches: Sequence[SpecBatch],
+    wanted: int,
+    seconds: float,
+    device: str = "cpu",
+    floor: int = 32,
+) -> int:
+    """The trial count, at most ``wanted``, whose calls on ``batches`` fit in about ``seconds``.
+
+    A fast sampler gets ``wanted``; a slow one (a Triton kernel under the CPU interpreter) gets fewer
+    trials, never fewer than ``floor``. The cost is measured with one call of 8 trials of each batch.
+    """
+    probe_trials = 8
+    start = time.monotonic()
+    for batch in batches:
+        replicated = replicate(
+            on_device(batch, device),
+            probe_trials,
+            np.arange(batch.num_requests * probe_trials, dtype=np.int64),
+        )
+        variant(replicated)
+    per_trial = (time.monotonic() - start) / probe_trials
+    # Each check that samples makes about two calls' worth of trials (shared trials, marginal, composition).
+    affordable = int(seconds / max(2.0 * per_trial, 1e-9))
+    return max(floor, min(wanted, affordable))
+
+
+def example_database(local: Path | None, shared: Sequence[Path] = ()) -> ExampleDatabase | None:
+    """A local directory database, with read-only shared ones merged in."""
+    if local is None and not shared:
+        return None
+    parts: list[ExampleDatabase] = []
+    if local is not None:
+        parts.append(DirectoryBasedExampleDatabase(str(local)))
+    parts.extend(ReadOnlyDatabase(DirectoryBasedExampleDatabase(str(path))) for path in shared)
+    return parts[0] if len(parts) == 1 else MultiplexedDatabase(*parts)
+
+
+def run_campaign(
+    variant: Variant,
+    spec: str,
+    *,
+    methods: tuple[str, ...] = ("probabilistic", "strict", "synthetic"),
+    profile: str = "ci",
+    seconds: float | None = None,
+    rounds: int | None = None,
+    num_samples: int | None = None,
+    seed: int = 0,
+    corpus: Path | None = None,
+    checks: Sequence[str] = CHECKS,
+    targeted: bool = True,
+    search: bool = True,
+    shrink: bool = True,
+    database: ExampleDatabase | None = None,
+    device: str = "cpu",
+    progress: bool = True,
+) -> CampaignResult:
+    """Fuzz ``variant`` until a check fails, the time budget runs out, or ``rounds`` search rounds ran."""
+    budget = PROFILES[profile]
+    if num_samples is not None:
+        budget = replace(budget, num_samples=num_samples)
+    start = time.monotonic()
+    deadline = start + (budget.seconds if seconds is None else seconds)
+    result = CampaignResult(variant=spec)
+    reporter = _Progress(result, deadline, progress)
+
+    def probe(name: str, batch: SpecBatch, case_seed: int) -> Verdict | None:
+        verdicts = run_checks(
+            variant, batch, checks=checks, num_samples=budget.num_samples, alpha=budget.alpha, seed=case_seed
+        )
+        result.cases += 1
+        result.samples += sum(v.num_samples for v in verdicts)
+        result.checks_passed += sum(v.passed for v in verdicts)
+        steer = discrepancy(verdicts)
+        result.best_discrepancy = max(result.best_discrepancy, steer)
+        result.verdicts.extend(verdicts)
+        if name == "search":
+            target(steer, label="discrepancy")
+        reporter.show()
+        return next((v for v in verdicts if not v.passed), None)
+
+    def finish(verdict: Verdict, batch: SpecBatch, case_seed: int, case: str) -> CampaignResult:
+        result.failure, result.case = verdict, case
+        if corpus is not None:
+            reproducer = Reproducer(
+                variant=spec,
+                check=verdict.check,
+                verdict=asdict(verdict),
+                batch=on_device(batch, "cpu"),
+                num_samples=budget.num_samples,
+                alpha=budget.alpha,
+                seed=case_seed,
+                versions=versions(),
+            )
+            result.reproducer = reproducer.save(corpus)
+        result.seconds = time.monotonic() - start
+        reporter.show(force=True)
+        return result
+
+    if targeted:
+        for name, batch in targeted_batches(methods):
+            verdict = probe(name, on_device(batch, device), seed)
+            if verdict is not None:
+                return finish(verdict, batch, seed, f"targeted: {name}")
+            if time.monotonic() > deadline:
+                break
+
+    round_index = 0
+    while search and time.monotonic() < deadline and (rounds is None or round_index < rounds):
+        found = _search_round(
+            probe, methods, profile, budget, seed + round_index, deadline, shrink, database, device
+        )
+        if found is not None:
+            return finish(found.verdict, found.batch, found.case_seed, f"search round {round_index}")
+        round_index += 1
+    result.seconds = time.monotonic() - start
+    reporter.show(force=True)
+    return result
+
+
+def _search_round(
+    probe: Callable[[str, SpecBatch, int], Verdict | None],
+    methods: tuple[str, ...],
+    profile: str,
+    budget: Budget,
+    round_seed: int,
+    deadline: float,
+    shrink: bool,
+    database: ExampleDatabase | None,
+    device: str,
+) -> _Found | None:
+    """One Hypothesis run of ``examples_per_round`` cases; returns the (shrunk) failure if any."""
+    failing = False
+    phases = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target] + ([Phase.shrink] if shrink else [])
+
+    @hypothesis_seed(round_seed)
+    @settings(
+        max_examples=budget.examples_per_round,
+        deadline=None,
+        database=database,
+        phases=phases,
+        suppress_health_check=list(HealthCheck),
+        print_blob=False,
+        report_multiple_bugs=False,
+    )
+    @given(
+        batch=strategies.spec_batches(methods=methods, profile=profile), case_seed=st.integers(0, 2**31 - 1)
+    )
+    def search(batch: SpecBatch, case_seed: int) -> None:
+        nonlocal failing
+        if not failing and time.monotonic() > deadline:
+            return  # out of time: the remaining examples of this round are no-ops
+        verdict = probe("search", on_device(batch, device), case_seed)
+        if verdict is None:
+            return
+        failing = True
+        raise _Found(verdict, batch, case_seed)
+
+    try:
+        search()
+    except _Found as found:
+        return found
+    return None
+
+
+def on_device(batch: SpecBatch, device: str) -> SpecBatch:
+    """``batch`` with every tensor on ``device``."""
+    if str(batch.device) == device:
+        return batch
+    moved = {name: getattr(batch, name) for name in batch.__dataclass_fields__}
+    for name, value in moved.items():
+        if hasattr(value, "to") and not isinstance(value, str):
+            moved[name] = value.to(device)
+    return SpecBatch(**moved)

@@ -1,0 +1,120 @@
+"""Targeted cases: hand-built batches aimed at the shapes real bugs need, tried before random search.
+
+Each case is small enough for the CPU interpreter and names the bugs it is built to expose; a
+campaign runs them first (as Hypothesis explicit examples), then explores at random.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from reference.contract import Method, RequestData, SpecBatch, make_batch
+
+VOCAB = 20  # past one 16-lane tile: the tail tile holds tokens 16..19
+
+
+@dataclass(frozen=True)
+class TargetedCase:
+    """A named batch and the bugs it is built to expose."""
+
+    name: str
+    exposes: str
+    build: Callable[[], SpecBatch]
+
+
+def _rows(rng: np.random.Generator, count: int, scale: float = 1.5) -> np.ndarray:
+    """Position-dependent logits with real mass in the tail tile."""
+    logits = rng.normal(size=(count, VOCAB)) * scale
+    logits[:, 16:] += 1.0
+    return logits
+
+
+def _verification(method: Method) -> SpecBatch:
+    """Three drafts at T = 0.7, every row different, plus a placeholder request and a bonus-only request."""
+    rng = np.random.default_rng(1)
+    target, draft = _rows(rng, 4), _rows(rng, 3)
+    ids = [int(np.argmax(draft[0])), int(np.argsort(draft[1])[-2]), 17]
+    placeholder_target, placeholder_draft = _rows(rng, 3), _rows(rng, 2)
+    return make_batch(
+        [
+            RequestData(target, ids, draft, temperature=0.7, seed=11),
+            RequestData(placeholder_target, [3, -1], placeholder_draft, temperature=1.0, seed=12),
+            RequestData(_rows(rng, 1), [], np.zeros((0, VOCAB)), temperature=1.3, seed=13),
+        ],
+        method=method,
+    )
+
+
+def _zero_mass_drafts() -> SpecBatch:
+    """Drafts of probability 0 under both p and q, and an empty residual with token 0 masked."""
+    rng = np.random.default_rng(2)
+    masked = _rows(rng, 2)
+    masked[:, [0, 5]] = -np.inf
+    same = masked.copy()
+    return make_batch(
+        [
+            # p(5) = q(5) = 0: `p > u * q` is 0 > 0, never accepted; `>=` accepts it (M01).
+            RequestData(masked, [5], masked[:1], temperature=1.0, seed=21),
+            # p == q and the draft is masked: rejected with an empty residual, so y ~ p, never token 0 (M19).
+            RequestData(same, [5], same[:1].copy(), temperature=1.0, seed=22),
+        ]
+    )
+
+
+def _greedy_and_slots() -> SpecBatch:
+    """Greedy requests with tied maxima beside sampled ones, drafts read through permuted slots."""
+    rng = np.random.default_rng(3)
+    tied = np.round(_rows(rng, 3, scale=0.8))
+    sampled, sampled_draft = _rows(rng, 3), _rows(rng, 2)
+    tied_draft = _rows(rng, 2)
+    greedy_ids = [int(np.argmax(tied[0])), int(np.argsort(tied[1])[-3])]
+    return make_batch(
+        [
+            RequestData(
+                sampled, [int(np.argmax(sampled_draft[0])), 2], sampled_draft, temperature=0.8, seed=31
+            ),
+            RequestData(tied, greedy_ids, tied_draft, temperature=0.0, seed=32),
+            RequestData(_rows(rng, 3), [4, 9], _rows(rng, 2), temperature=1.0, seed=33),
+        ],
+        slots=[3, 0, 1],
+        num_slots=4,
+        slot_capacity=3,
+    )
+
+
+def _synthetic() -> SpecBatch:
+    """Synthetic sampling over four drafts with decaying conditional rates."""
+    rng = np.random.default_rng(4)
+    return make_batch(
+        [RequestData(_rows(rng, 5), [1, 2, 3, 4], _rows(rng, 4), temperature=1.0, seed=41)],
+        method="synthetic",
+        synthetic_rates=[0.9, 0.8, 0.7, 0.6],
+    )
+
+
+def _nan_rows() -> SpecBatch:
+    """A target row that is all NaN and one with NaN entries: NaN counts as -inf."""
+    rng = np.random.default_rng(5)
+    target = _rows(rng, 3)
+    target[1, :] = np.nan
+    target[2, ::3] = np.nan
+    return make_batch([RequestData(target, [int(np.argmax(target[0])), 7], _rows(rng, 2), seed=51)])
+
+
+TARGETED_CASES: tuple[TargetedCase, ...] = (
+    TargetedCase("probabilistic", "M02-M06 M08-M13 M16 M20", lambda: _verification("probabilistic")),
+    TargetedCase("strict", "M07 M08 M16 on the strict path", lambda: _verification("strict")),
+    TargetedCase("zero-mass drafts", "M01 M19", _zero_mass_drafts),
+    TargetedCase("greedy and slots", "M14 M15 M18", _greedy_and_slots),
+    TargetedCase("synthetic", "M22", _synthetic),
+    TargetedCase("nan rows", "M17", _nan_rows),
+)
+
+
+def targeted_batches(methods: tuple[str, ...] | None = None) -> list[tuple[str, SpecBatch]]:
+    """The targeted batches, restricted to ``methods`` when given."""
+    cases = [(case.name, case.build()) for case in TARGETED_CASES]
+    return [(name, batch) for name, batch in cases if methods is None or batch.method in methods]

@@ -1,0 +1,71 @@
+"""``python -m fuzz``: exit codes, reproducers that replay, and the listing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fuzz.cli import EXIT_FAILED, EXIT_PASSED, EXIT_USAGE, main
+
+
+def test_help_and_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    """--help exits 0 on every command; a bad command, option or variant exits 2."""
+    for command in ([], ["run"], ["replay"], ["list"], ["mutants"], ["certify"]):
+        assert main([*command, "--help"]) == EXIT_PASSED
+    assert main(["frobnicate"]) == EXIT_USAGE
+    assert main(["run", "--variant", "reference", "--methods", "typical"]) == EXIT_USAGE
+    assert main(["run", "--variant", "no_such_variant"]) == EXIT_USAGE
+    assert main(["mutants", "M99"]) == EXIT_USAGE
+    assert main(["replay", "/no/such/dir/"]) == EXIT_USAGE
+    capsys.readouterr()
+
+
+def test_list_shows_variants_and_mutants(capsys: pytest.CaptureFixture[str]) -> None:
+    """`list` names the registered variants and every mutant."""
+    assert main(["list"]) == EXIT_PASSED
+    out = capsys.readouterr().out
+    assert "triton" in out and "torch" in out
+    assert all(f"M{i:02d}" in out for i in range(1, 23))
+
+
+def test_failure_writes_a_reproducer_that_replays(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A mutant's campaign exits 1 with a reproducer; replay fails the same way, and passes on the fix."""
+    corpus = tmp_path / "corpus"
+    code = main(
+        [
+            "run",
+            "--variant",
+            "M04",
+            "--methods",
+            "probabilistic",
+            "--budget",
+            "60",
+            "--corpus",
+            str(corpus),
+            "--device",
+            "cpu",
+            "--no-shrink",
+        ]
+    )
+    assert code == EXIT_FAILED
+    files = sorted(corpus.glob("*.json"))
+    assert len(files) == 1
+    recorded = json.loads(files[0].read_text())
+    assert recorded["check"] == "coupled"  # same random numbers: the sample-level check kills first
+    assert recorded["replay"] == f"python -m fuzz replay {files[0]}"
+    capsys.readouterr()
+    assert main(["replay", str(files[0]), "--device", "cpu"]) == EXIT_FAILED
+    assert "FAILED coupled" in capsys.readouterr().out
+    assert main(
+        ["replay", str(corpus), "--variant", "fuzz.mutants.base:CanonicalSampler", "--device", "cpu"]
+    ) == (EXIT_PASSED)
+
+
+def test_correct_variant_passes(capsys: pytest.CaptureFixture[str]) -> None:
+    """A correct variant's campaign exits 0 when its budget runs out."""
+    assert main(
+        ["run", "--variant", "reference", "--methods", "strict", "--budget", "5", "--device", "cpu"]
+    ) == (EXIT_PASSED)
+    assert "PASSED: reference" in capsys.readouterr().out

@@ -1,0 +1,63 @@
+"""The planted-bug self-test: every mutant dies in the blind ci campaign, and correct variants survive it."""
+
+from __future__ import annotations
+
+import pytest
+
+from fuzz.campaign import PROFILES, affordable_samples
+from fuzz.mutants import MUTANTS
+from fuzz.selftest import Blind, SelfTestRecord, run_mutants, run_variant
+from fuzz.spec import load_variant
+from fuzz.targeted import targeted_batches
+
+# Mutants whose bug has a certain signature (an impossible token, a broken layout): only an exact check
+# should be needed to kill them.
+HOST = "fuzz.mutants.base:CanonicalSampler"
+CERTAIN = [m.id for m in MUTANTS.values() if m.expected == ("invariants",)]
+
+
+@pytest.fixture(scope="module")
+def records() -> dict[str, SelfTestRecord]:
+    """The blind ci campaign on every CPU mutant (coupling off: the statistical checks must kill)."""
+    return {r.id: r for r in run_mutants(profile="ci", rounds=1, progress=False)}
+
+
+def test_every_mutant_is_killed(records: dict[str, SelfTestRecord]) -> None:
+    """Each of M01-M22 fails some check within the ci budget."""
+    survivors = [r.id for r in records.values() if not r.killed]
+    assert not survivors, f"mutants survived the ci campaign: {survivors}"
+    assert sorted(records) == [f"M{i:02d}" for i in range(1, 23)]
+
+
+@pytest.mark.parametrize("mutant", CERTAIN)
+def test_certain_bugs_die_by_an_exact_check(records: dict[str, SelfTestRecord], mutant: str) -> None:
+    """A bug that emits an impossible token or breaks the layout is killed by the invariants, not by luck."""
+    assert records[mutant].check == "invariants", records[mutant].message
+
+
+@pytest.mark.parametrize(("spec", "rounds"), [("reference", 1), ("torch", 1), (HOST, 0)])
+def test_correct_variants_survive_the_same_campaign(spec: str, rounds: int) -> None:
+    """A correct variant passes the campaign that kills the mutants (false failures <= 1e-6 per verdict).
+
+    The mutants' host runs the targeted cases only, where every mutant dies: it is a float64 sampler
+    over the whole ``[B, n + 1, V]`` noise, too heavy for the search round's vocabularies on CI.
+    """
+    record = run_variant(
+        spec, Blind(load_variant(spec)), (), profile="ci", rounds=rounds, device="cpu", progress=False
+    )
+    assert not record.killed, f"{spec}: {record.check}: {record.message}"
+
+
+def test_triton_survives_the_targeted_cases_with_coupling() -> None:
+    """The Triton kernel matches the reference on the targeted cases, at the trials the interpreter affords.
+
+    Under the CPU interpreter the kernel is too slow for the full statistical campaign (that runs on a
+    GPU); coupled agreement with the reference, which passes the campaign above, carries its law.
+    """
+    variant = load_variant("triton")
+    batches = [batch for _, batch in targeted_batches()]
+    trials = affordable_samples(variant, batches, PROFILES["ci"].num_samples, seconds=30.0, floor=16)
+    record = run_variant(
+        "triton", variant, (), profile="ci", rounds=0, device="cpu", progress=False, num_samples=trials
+    )
+    assert not record.killed, f"triton: {record.check}: {record.message}"
