@@ -1,0 +1,73 @@
+"""M23: row offsets computed in int32, which overflow once ``rows * V`` passes ``2**31`` elements.
+
+Seen in vLLM #46560 and #48055. The mutant is the production Triton sampler with one planted change:
+`_request_span` casts the request's first row to ``tl.int32`` instead of ``tl.int64``, so
+``row * stride`` wraps for rows that start past ``2**31`` elements. The change is applied to the
+production source when the mutant loads, so the mutant always tracks the real kernel. GPU tier: the
+bug needs a batch of several gigabytes.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import sys
+import tempfile
+from pathlib import Path
+from types import ModuleType
+
+from kernels import rejection, rejection_kernels
+from reference.contract import SpecBatch, SpecOutput
+
+# (original, planted): the two lines of `_request_span` that widen the request's first draft index.
+PLANTED = [
+    (
+        "start = tl.maximum(tl.load(cu_ptr + request).to(tl.int64), 0)",
+        "start = tl.maximum(tl.load(cu_ptr + request).to(tl.int32), 0)",
+    ),
+    ("end = tl.load(cu_ptr + request + 1).to(tl.int64)", "end = tl.load(cu_ptr + request + 1).to(tl.int32)"),
+]
+_MODULES: dict[str, ModuleType] = {}
+
+
+def _load(name: str, source: str) -> ModuleType:
+    """Import ``source`` as module ``name`` from a real file (Triton reads kernel source from files)."""
+    folder = Path(tempfile.mkdtemp(prefix="specsample-m23-"))
+    path = folder / f"{name}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def mutated_launcher() -> ModuleType:
+    """The production launcher bound to kernels with the int32 offsets planted."""
+    if "launcher" not in _MODULES:
+        source = inspect.getsource(rejection_kernels)
+        for original, planted in PLANTED:
+            if original not in source:
+                raise RuntimeError(f"M23 cannot plant its bug: the kernel no longer contains {original!r}")
+            source = source.replace(original, planted)
+        kernels_module = _load("m23_rejection_kernels", source)
+        launcher_source = inspect.getsource(rejection).replace(
+            "from kernels import rejection_kernels as jit", "import m23_rejection_kernels as jit"
+        )
+        assert "import m23_rejection_kernels as jit" in launcher_source
+        _MODULES["kernels"] = kernels_module
+        _MODULES["launcher"] = _load("m23_rejection", launcher_source)
+    return _MODULES["launcher"]
+
+
+class Int32Offsets:
+    """The production Triton sampler with int32 row offsets."""
+
+    name = "M23"
+    canonical_rng = True
+
+    def __call__(self, batch: SpecBatch) -> SpecOutput:
+        """Sample ``batch`` with the planted kernels."""
+        output: SpecOutput = mutated_launcher().rejection_sample(batch)
+        return output
