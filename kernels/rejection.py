@@ -80,6 +80,17 @@ def vocab_layout(vocab_size: int) -> VocabLayout:
     return VocabLayout(split_size=split_size, num_splits=triton.cdiv(vocab_size, split_size))
 
 
+def _aligned(size: int) -> int:
+    """``size`` elements of 4 bytes rounded up to a multiple of 16 bytes."""
+    return (size + 3) // 4 * 4
+
+
+def _carve(workspace: torch.Tensor, sizes: list[int]) -> list[torch.Tensor]:
+    """Consecutive views of ``workspace`` of the given sizes, each starting 16-byte aligned."""
+    aligned = [_aligned(size) for size in sizes]
+    return [part[:size] for part, size in zip(workspace.split(aligned), sizes, strict=True)]
+
+
 def _check_values_default(batch: SpecBatch) -> bool:
     return batch.device.type == "cpu" or os.environ.get(CHECK_VALUES_ENV, "") not in ("", "0")
 
@@ -112,19 +123,25 @@ def rejection_sample(batch: SpecBatch, *, check_values: bool | None = None) -> S
     slotted = batch.slotted
 
     num_records = num_requests * width * num_splits
-    target_max = torch.empty(num_records, dtype=torch.float32, device=device)
-    target_sum = torch.empty_like(target_max)
-    target_arg = torch.empty(num_records, dtype=torch.int32, device=device)
     needs_draft = batch.method == "probabilistic" and draft is not None
     draft_records = num_records if needs_draft else 1
-    draft_max = torch.empty(draft_records, dtype=torch.float32, device=device)
-    draft_sum = torch.empty_like(draft_max)
     strict_records = num_records if batch.method == "strict" else 1
-    cand_logit = torch.empty(strict_records, dtype=torch.float32, device=device)
-    cand_gumbel = torch.empty_like(cand_logit)
-    cand_token = torch.empty(strict_records, dtype=torch.int32, device=device)
-    info_int = torch.empty(num_requests, jit.INFO_INTS.value, dtype=torch.int64, device=device)
-    info_float = torch.empty(num_requests, jit.INFO_FLOATS.value, dtype=torch.float32, device=device)
+    sample_records = num_requests * num_splits
+    # Two workspaces, carved into the per-kernel records (each segment starts 16-byte aligned, so
+    # the kernels' pointer specialisation does not depend on the batch): one allocation per dtype
+    # instead of one per record keeps the host cost of a small call down.
+    float_sizes = [
+        num_records, num_records, draft_records, draft_records, strict_records, strict_records,
+        num_requests * jit.INFO_FLOATS.value, sample_records, sample_records,
+    ]  # fmt: skip
+    int_sizes = [2 * num_requests * jit.INFO_INTS.value, num_records, strict_records, sample_records]
+    floats = torch.empty(sum(map(_aligned, float_sizes)), dtype=torch.float32, device=device)
+    ints = torch.empty(sum(map(_aligned, int_sizes)), dtype=torch.int32, device=device)
+    target_max, target_sum, draft_max, draft_sum, cand_logit, cand_gumbel, info_float, res_key, res_mass = (
+        _carve(floats, float_sizes)
+    )
+    info_int, target_arg, cand_token, res_token = _carve(ints, int_sizes)
+    info_int = info_int.view(torch.int64)
     token_ids = torch.empty(num_requests, width, dtype=torch.int64, device=device)
     logprobs = torch.empty(num_requests, width, dtype=torch.float32, device=device)
     num_emitted = torch.empty(num_requests, dtype=torch.int32, device=device)
@@ -171,20 +188,15 @@ def rejection_sample(batch: SpecBatch, *, check_values: bool | None = None) -> S
             SPLIT_BLOCK=layout.split_block, num_warps=4, **shared,
         )  # fmt: skip
         if batch.method != "strict":
-            res_key = torch.empty(num_requests * num_splits, dtype=torch.float32, device=device)
-            res_token = torch.empty(num_requests * num_splits, dtype=torch.int32, device=device)
-            res_mass = torch.empty_like(res_key)
-            tgt_key = torch.empty_like(res_key)
-            tgt_token = torch.empty_like(res_token)
             jit.sample_kernel[(num_requests, num_splits)](
                 target, draft_arg, batch.temperature, batch.seed, batch.step, info_int, info_float,
-                res_key, res_token, res_mass, tgt_key, tgt_token, vocab_size, num_splits,
+                res_key, res_token, res_mass, vocab_size, num_splits,
                 TILES_PER_SPLIT=sample_tiles, BLOCK_V=sample_block, num_warps=SAMPLE_WARPS,
             )  # fmt: skip
             jit.emit_kernel[(num_requests,)](
-                target, batch.temperature, info_int, info_float,
-                res_key, res_token, res_mass, tgt_key, tgt_token, token_ids, logprobs,
-                vocab_size, max_num_drafts, num_splits, SPLIT_BLOCK=layout.split_block, num_warps=4,
+                target, batch.temperature, batch.seed, batch.step, info_int, info_float,
+                res_key, res_token, res_mass, token_ids, logprobs, vocab_size, max_num_drafts,
+                num_splits, SPLIT_BLOCK=layout.split_block, BLOCK_V=sample_block, num_warps=4,
             )  # fmt: skip
     return SpecOutput(token_ids=token_ids, num_emitted=num_emitted, logprobs=logprobs)
 

@@ -108,9 +108,41 @@ def _offsets(step, position, purpose, token):
 
 
 @triton.jit
+def _uniform(seed, step, position, purpose, tokens):
+    """``tl.rand(seed, _offsets(step, position, purpose, tokens))`` bit for bit, for tokens in ``[0, 2**22)``.
+
+    Philox4x32-10 with key ``seed`` and counter ``(offset low, offset high, 0, 0)``, word 0 mapped to
+    ``[0, 1)`` as `tl.rand` maps it. The offset of a token is the row's base, whose low 22 bits are
+    zero, plus the token, so the high counter word is the row's own, one scalar: the first two
+    rounds then multiply a single vector word, not two. Each multiplication is one 32 x 32 -> 64-bit
+    product giving both halves.
+    """
+    base = _offsets(step, position, purpose, 0)
+    c0 = base.to(tl.uint32) + tokens.to(tl.uint32)
+    c1 = (base >> 32).to(tl.uint32)
+    c2 = tl.full([], 0, tl.uint32)
+    c3 = tl.full([], 0, tl.uint32)
+    key = seed.to(tl.uint64)
+    k0 = (key & 0xFFFFFFFF).to(tl.uint32)
+    k1 = ((key >> 32) & 0xFFFFFFFF).to(tl.uint32)
+    for _ in tl.static_range(10):
+        product_a = c0.to(tl.uint64) * 0xD2511F53
+        product_b = c2.to(tl.uint64) * 0xCD9E8D57
+        c0 = (product_b >> 32).to(tl.uint32) ^ c1 ^ k0
+        c2 = (product_a >> 32).to(tl.uint32) ^ c3 ^ k1
+        c1 = product_b.to(tl.uint32)
+        c3 = product_a.to(tl.uint32)
+        k0 = k0 + 0x9E3779B9
+        k1 = k1 + 0xBB67AE85
+    word = c0.to(tl.int32, bitcast=True)
+    word = tl.where(word < 0, -word - 1, word)
+    return word * 4.6566127342e-10
+
+
+@triton.jit
 def _gumbel(seed, step, position, tokens):
     """Gumbel noise ``-log(-log(u))`` of the sampling stream of one row; ``-inf`` where ``u == 0``."""
-    u = tl.rand(seed, _offsets(step, position, SAMPLE_PURPOSE, tokens))
+    u = _uniform(seed, step, position, SAMPLE_PURPOSE, tokens)
     return -tl.log(-tl.log(u))
 
 
@@ -177,9 +209,10 @@ def _split_stats(
     row_max = tl.full([], NEG_INF, tl.float32)
     row_sum = tl.full([], 0.0, tl.float32)
     row_arg = first
-    best_logit = tl.full([], NEG_INF, tl.float32)
-    best_gumbel = tl.full([], NEG_INF, tl.float32)
-    best_token = first
+    # The Gumbel-max candidate is kept per lane across tiles and reduced once at the end.
+    best_logit = tl.full([BLOCK_V], NEG_INF, tl.float32)
+    best_gumbel = tl.full([BLOCK_V], NEG_INF, tl.float32)
+    best_token = tl.zeros([BLOCK_V], tl.int32) + first
     for tile in range(TILES_PER_SPLIT):
         tokens = first + tile * BLOCK_V + lanes
         in_vocab = tokens < vocab_size
@@ -198,14 +231,25 @@ def _split_stats(
         if SAMPLE:
             gumbel = _gumbel(seed, step, position, tokens)
             keys = tl.where(in_vocab, scaled + gumbel, NEG_INF)
-            tile_key, key_lane = tl.max(keys, axis=0, return_indices=True, return_indices_tie_break_left=True)
-            held_key = _scaled(best_logit, new_max, inv_temperature) + best_gumbel
-            take = tile_key > held_key
-            picked = lanes == key_lane
-            best_logit = tl.where(take, tl.sum(tl.where(picked, x, 0.0), axis=0), best_logit)
-            best_gumbel = tl.where(take, tl.sum(tl.where(picked, gumbel, 0.0), axis=0), best_gumbel)
-            best_token = tl.where(take, first + tile * BLOCK_V + key_lane, best_token)
-    return row_max, row_sum, row_arg, best_logit, best_gumbel, best_token
+            # Strict `>`: tiles ascend, so a lane keeps its lowest token among equal keys.
+            take = keys > _scaled(best_logit, new_max, inv_temperature) + best_gumbel
+            best_logit = tl.where(take, x, best_logit)
+            best_gumbel = tl.where(take, gumbel, best_gumbel)
+            best_token = tl.where(take, tokens, best_token)
+    cand_logit = tl.full([], NEG_INF, tl.float32)
+    cand_gumbel = tl.full([], NEG_INF, tl.float32)
+    cand_token = first
+    if SAMPLE:
+        keys = _scaled(best_logit, row_max, inv_temperature) + best_gumbel
+        top = tl.max(keys, axis=0)
+        cand_token, lane = tl.min(
+            tl.where(keys == top, best_token, NO_SPLIT), axis=0, return_indices=True,
+            return_indices_tie_break_left=True,
+        )  # fmt: skip
+        picked = lanes == lane
+        cand_logit = tl.sum(tl.where(picked, best_logit, 0.0), axis=0)
+        cand_gumbel = tl.sum(tl.where(picked, best_gumbel, 0.0), axis=0)
+    return row_max, row_sum, row_arg, cand_logit, cand_gumbel, cand_token
 
 
 # Counts that change from call to call are not specialised on, so each layout compiles once.
@@ -638,6 +682,36 @@ def decide_kernel(
                 tl.store(info_float + INFO_DRAFT_LOG_SUM, tl.sum(draft_log_sum, axis=0))
 
 
+@triton.jit
+def _target_gumbel_max(target_row_ptr, target_inside, first, last, target_max, target_log_sum,
+                       inv_temperature, seed, step, position, vocab_size, BLOCK_V: tl.constexpr):  # fmt: skip
+    """Gumbel-max of the target law over tokens ``[first, last)``: ``(key, token)``, ties to the lowest token.
+
+    The key of a token is ``e(x) - log(-log u)`` over the tokens whose probability float64 keeps;
+    each lane keeps its own best across tiles (tiles ascend, so a lane's earlier token wins ties),
+    and one reduction at the end picks the lowest token among the best keys.
+    """
+    lanes = tl.arange(0, BLOCK_V)
+    best_key = tl.full([BLOCK_V], NEG_INF, tl.float32)
+    best_token = tl.zeros([BLOCK_V], tl.int32) + first
+    start = first
+    while start < last:
+        tokens = start + lanes
+        in_vocab = (tokens < vocab_size) & (tokens < last)
+        x = _clean(tl.load(target_row_ptr + tokens, mask=in_vocab & target_inside, other=NEG_INF))
+        scaled = _scaled(x, target_max, inv_temperature)
+        log_p = scaled - target_log_sum
+        keep = in_vocab & (log_p >= LOG_ZERO)
+        keys = tl.where(keep, scaled + _gumbel(seed, step, position, tokens), NEG_INF)
+        take = keys > best_key
+        best_key = tl.where(take, keys, best_key)
+        best_token = tl.where(take, tokens, best_token)
+        start += BLOCK_V
+    key = tl.max(best_key, axis=0)
+    token = tl.min(tl.where(best_key == key, best_token, NO_SPLIT), axis=0)
+    return key, token
+
+
 @triton.jit(do_not_specialize=["num_splits"])
 def sample_kernel(
     target_ptr,
@@ -650,14 +724,19 @@ def sample_kernel(
     res_key_ptr,
     res_token_ptr,
     res_mass_ptr,
-    tgt_key_ptr,
-    tgt_token_ptr,
     vocab_size,
     num_splits,
     TILES_PER_SPLIT: tl.constexpr,
     BLOCK_V: tl.constexpr,
 ):
-    """Gumbel-max candidates of one split of a request's final row: the residual and the target.
+    """Gumbel-max candidate of one split of a request's final row under the residual (or restricted) law.
+
+    The key of a token with residual log-weight ``r`` is ``r - log(E)``, ``E = -log u`` (Gumbel-max
+    ``r - log(-log u)``, the canonical noise); for the residual ``r = log p + log(1 - q / p)``, so the
+    key is ``log p + log((1 - q / p) / E)``, one logarithm besides ``log u``. Each lane keeps its
+    best candidate across tiles and the split reduces once at the end. The target law, the fallback
+    when the residual has no mass anywhere in the row, is left to `emit_kernel`: it is needed only
+    in that degenerate case.
 
     Args:
         target_ptr: ``[R, V]`` fp32/fp16/bf16 target logits.
@@ -666,11 +745,9 @@ def sample_kernel(
         seed_ptr, step_ptr: ``[B]`` int64.
         info_int_ptr: ``[B, 5]`` int64 and info_float_ptr: ``[B, 4]`` fp32 records of `decide_kernel`.
         res_key_ptr: ``[B * num_splits]`` fp32 output: best key of the residual (or restricted) law.
-        res_token_ptr: ``[B * num_splits]`` int32 output: its token.
-        res_mass_ptr: ``[B * num_splits]`` fp32 output: the largest residual log-weight (``-inf``
-            when the split holds no residual mass).
-        tgt_key_ptr: ``[B * num_splits]`` fp32 output: best key of the target law.
-        tgt_token_ptr: ``[B * num_splits]`` int32 output: its token.
+        res_token_ptr: ``[B * num_splits]`` int32 output: its token, the lowest among equal keys.
+        res_mass_ptr: ``[B * num_splits]`` fp32 output: 0 when the split holds residual mass,
+            ``-inf`` when it holds none.
     """
     # Grid (B, num_splits): one program per request and vocabulary split; requests whose token is
     # already known exit at once. Only this kernel draws Gumbel noise for probabilistic rows.
@@ -696,80 +773,78 @@ def sample_kernel(
         draft_row_ptr = draft_ptr + tl.maximum(draft_offset, 0)
         lanes = tl.arange(0, BLOCK_V)
         first = split * (TILES_PER_SPLIT * BLOCK_V)
-        res_key = tl.full([], NEG_INF, tl.float32)
-        res_token = first
-        res_mass = tl.full([], NEG_INF, tl.float32)
-        tgt_key = tl.full([], NEG_INF, tl.float32)
-        tgt_token = first
+        best_key = tl.full([BLOCK_V], NEG_INF, tl.float32)
+        best_token = tl.zeros([BLOCK_V], tl.int32) + first
+        mass = tl.zeros([BLOCK_V], tl.int32)
         for tile in range(TILES_PER_SPLIT):
             tokens = first + tile * BLOCK_V + lanes
             in_vocab = tokens < vocab_size
             x = _clean(tl.load(target_row_ptr + tokens, mask=in_vocab & (target_offset >= 0), other=NEG_INF))
-            scaled = _scaled(x, target_max, inv_temperature)
-            log_p = scaled - target_log_sum
+            log_p = _scaled(x, target_max, inv_temperature) - target_log_sum
             # A probability float64 rounds to zero never wins, as in the specification.
             log_p = tl.where(in_vocab & (log_p >= LOG_ZERO), log_p, NEG_INF)
-            gumbel = _gumbel(seed, step, position, tokens)
-            keys = tl.where(log_p > NEG_INF, scaled + gumbel, NEG_INF)
+            # E = -log u: +inf at u == 0, where the key is -inf as the Gumbel noise would make it.
+            exponential = -tl.log(_uniform(seed, step, position, SAMPLE_PURPOSE, tokens))
             if residual:
                 y = _clean(
                     tl.load(draft_row_ptr + tokens, mask=in_vocab & (draft_offset >= 0), other=NEG_INF)
                 )
                 log_q = _scaled(y, draft_max, inv_temperature) - draft_log_sum
                 log_q = tl.where(log_q < LOG_ZERO, NEG_INF, log_q)
-                # log((p - q)+) = log p + log(1 - q / p) where p > q.
-                log_residual = tl.where(log_p > log_q, log_p + tl.log(1.0 - tl.exp(log_q - log_p)), NEG_INF)
+                # (p - q)+ = p (1 - q / p) where p > q; 1 - q / p is 0 or at least 2**-24, and E at
+                # most 21.5, so the quotient below never underflows.
+                fraction = 1.0 - tl.exp(log_q - log_p)
+                has_mass = (log_p > log_q) & (fraction > 0.0)
+                keys = tl.where(has_mass, log_p + tl.log(fraction / exponential), NEG_INF)
             else:
-                log_residual = tl.where(tokens == draft_token, NEG_INF, log_p)
-            residual_keys = tl.where(log_residual > NEG_INF, log_residual + gumbel, NEG_INF)
-            tile_key, tile_lane = tl.max(
-                residual_keys, axis=0, return_indices=True, return_indices_tie_break_left=True
-            )
-            res_token = tl.where(tile_key > res_key, first + tile * BLOCK_V + tile_lane, res_token)
-            res_key = tl.maximum(res_key, tile_key)
-            res_mass = tl.maximum(res_mass, tl.max(log_residual, axis=0))
-            tile_key, tile_lane = tl.max(
-                keys, axis=0, return_indices=True, return_indices_tie_break_left=True
-            )
-            tgt_token = tl.where(tile_key > tgt_key, first + tile * BLOCK_V + tile_lane, tgt_token)
-            tgt_key = tl.maximum(tgt_key, tile_key)
+                has_mass = (log_p > NEG_INF) & (tokens != draft_token)
+                keys = tl.where(has_mass, log_p - tl.log(exponential), NEG_INF)
+            # Strict `>`: tiles ascend, so a lane keeps its lowest token among equal keys.
+            take = keys > best_key
+            best_key = tl.where(take, keys, best_key)
+            best_token = tl.where(take, tokens, best_token)
+            mass = tl.where(has_mass, 1, mass)
+        key = tl.max(best_key, axis=0)
+        token = tl.min(tl.where(best_key == key, best_token, NO_SPLIT), axis=0)
         record = request.to(tl.int64) * num_splits + split
-        tl.store(res_key_ptr + record, res_key)
-        tl.store(res_token_ptr + record, res_token)
-        tl.store(res_mass_ptr + record, res_mass)
-        tl.store(tgt_key_ptr + record, tgt_key)
-        tl.store(tgt_token_ptr + record, tgt_token)
+        tl.store(res_key_ptr + record, key)
+        tl.store(res_token_ptr + record, token)
+        tl.store(res_mass_ptr + record, tl.where(tl.max(mass, axis=0) > 0, 0.0, NEG_INF))
 
 
 @triton.jit(do_not_specialize=["max_num_drafts", "num_splits"])
 def emit_kernel(
     target_ptr,
     temperature_ptr,
+    seed_ptr,
+    step_ptr,
     info_int_ptr,
     info_float_ptr,
     res_key_ptr,
     res_token_ptr,
     res_mass_ptr,
-    tgt_key_ptr,
-    tgt_token_ptr,
     token_ids_ptr,
     logprobs_ptr,
     vocab_size,
     max_num_drafts,
     num_splits,
     SPLIT_BLOCK: tl.constexpr,
+    BLOCK_V: tl.constexpr,
 ):
     """Combine the split candidates of each final row and write the emitted token and its logprob.
 
     Args:
         target_ptr: ``[R, V]`` fp32/fp16/bf16 target logits.
         temperature_ptr: ``[B]`` fp32.
+        seed_ptr, step_ptr: ``[B]`` int64.
         info_int_ptr: ``[B, 5]`` int64 and info_float_ptr: ``[B, 4]`` fp32 records of `decide_kernel`.
-        res_key_ptr ... tgt_token_ptr: the ``[B * num_splits]`` candidates of `sample_kernel`.
+        res_key_ptr, res_token_ptr, res_mass_ptr: the ``[B * num_splits]`` candidates of `sample_kernel`.
         token_ids_ptr: ``[B, max_n + 1]`` int64 output.
         logprobs_ptr: ``[B, max_n + 1]`` fp32 output.
     """
-    # Grid (B,): one program per request; the splits of a row are combined in one block.
+    # Grid (B,): one program per request; the splits of a row are combined in one block. A row
+    # whose residual has no mass (p <= q everywhere, up to rounding) is sampled from p here, in
+    # one program over the whole row: the specification's fallback, rare enough to run slowly.
     request = tl.program_id(0)
     info_int = info_int_ptr + request.to(tl.int64) * INFO_INTS
     mode = tl.load(info_int + INFO_MODE)
@@ -779,25 +854,27 @@ def emit_kernel(
         target_offset = tl.load(info_int + INFO_TARGET_OFFSET)
         target_max = tl.load(info_float + INFO_TARGET_MAX)
         target_log_sum = tl.load(info_float + INFO_TARGET_LOG_SUM)
+        inv_temperature = _inv_temperature(tl.load(temperature_ptr + request))
+        target_row_ptr = target_ptr + tl.maximum(target_offset, 0)
         splits = tl.arange(0, SPLIT_BLOCK)
         in_range = splits < num_splits
         records = request.to(tl.int64) * num_splits + splits
         res_key = tl.load(res_key_ptr + records, mask=in_range, other=NEG_INF)
         res_token = tl.load(res_token_ptr + records, mask=in_range, other=0)
         res_mass = tl.load(res_mass_ptr + records, mask=in_range, other=NEG_INF)
-        tgt_key = tl.load(tgt_key_ptr + records, mask=in_range, other=NEG_INF)
-        tgt_token = tl.load(tgt_token_ptr + records, mask=in_range, other=0)
         best_res = tl.argmax(res_key, axis=0, tie_break_left=True)
-        best_tgt = tl.argmax(tgt_key, axis=0, tie_break_left=True)
-        res_choice = tl.sum(tl.where(splits == best_res, res_token, 0), axis=0)
-        tgt_choice = tl.sum(tl.where(splits == best_tgt, tgt_token, 0), axis=0)
+        token = tl.sum(tl.where(splits == best_res, res_token, 0), axis=0)
         # A residual with no mass falls back to the target law, as the specification says.
-        token = tl.where(tl.max(res_mass, axis=0) > NEG_INF, res_choice, tgt_choice)
-        inv_temperature = _inv_temperature(tl.load(temperature_ptr + request))
+        if tl.max(res_mass, axis=0) == NEG_INF:
+            seed = tl.load(seed_ptr + request)
+            step = tl.load(step_ptr + request)
+            _, token = _target_gumbel_max(
+                target_row_ptr, target_offset >= 0, 0, vocab_size, target_max, target_log_sum,
+                inv_temperature, seed, step, position, vocab_size, BLOCK_V,
+            )  # fmt: skip
         log_p = _log_prob(
-            target_ptr + tl.maximum(target_offset, 0), target_offset >= 0, token, target_max,
-            target_log_sum, inv_temperature, vocab_size,
-        )  # fmt: skip
+            target_row_ptr, target_offset >= 0, token, target_max, target_log_sum, inv_temperature, vocab_size
+        )
         out = request.to(tl.int64) * (max_num_drafts + 1) + position
         tl.store(token_ids_ptr + out, token.to(tl.int64))
         tl.store(logprobs_ptr + out, log_p)
