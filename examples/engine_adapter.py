@@ -1,0 +1,106 @@
+"""How to plug a sampler that was not written against our contract into the harness.
+
+`engine_rejection_sample` stands for an inference engine's sampler: it takes probabilities (not
+logits), drafts padded to ``[B, K]``, and a ``torch.Generator`` per request. `EngineAdapter` is the
+whole adapter: it turns a `SpecBatch` into the engine's arguments and the engine's output into a
+`SpecOutput`. Fuzz it with::
+
+    python -m fuzz run --variant examples/engine_adapter.py:EngineAdapter --methods probabilistic
+"""
+
+from __future__ import annotations
+
+import torch
+
+from reference.contract import SpecBatch, SpecOutput
+
+
+def engine_rejection_sample(
+    draft_token_ids: torch.Tensor,
+    num_draft_tokens: list[int],
+    draft_probs: torch.Tensor | None,
+    target_probs: torch.Tensor,
+    generators: list[torch.Generator],
+) -> torch.Tensor:
+    """An engine-style probabilistic rejection sampler (textbook; its own RNG).
+
+    Args:
+        draft_token_ids: ``[B, K]`` int64 drafts, ``-1`` padded.
+        num_draft_tokens: ``B`` draft counts.
+        draft_probs: ``[B, K, V]`` draft probabilities, or ``None`` for one-hot drafts.
+        target_probs: ``[B, K + 1, V]`` target probabilities.
+        generators: one generator per request.
+
+    Returns:
+        ``[B, K + 1]`` int64 output tokens, ``-1`` padded.
+    """
+    batch_size, width = draft_token_ids.shape
+    out = torch.full((batch_size, width + 1), -1, dtype=torch.int64)
+    for b, n in enumerate(num_draft_tokens):
+        generator = generators[b]
+        for i in range(n + 1):
+            p = target_probs[b, i]
+            if i == n:
+                out[b, i] = torch.multinomial(p, 1, generator=generator).item()
+                break
+            d = int(draft_token_ids[b, i])
+            q = (
+                draft_probs[b, i]
+                if draft_probs is not None
+                else torch.nn.functional.one_hot(torch.tensor(max(d, 0)), p.shape[0]).to(p.dtype) * (d >= 0)
+            )
+            u = torch.rand((), generator=generator, dtype=p.dtype)
+            if d >= 0 and p[d] > u * q[d]:
+                out[b, i] = d
+                continue
+            residual = torch.clamp(p - q, min=0) if d >= 0 else p
+            law = residual if residual.sum() > 0 else p
+            out[b, i] = torch.multinomial(law, 1, generator=generator).item()
+            break
+    return out
+
+
+def _probs(logits: torch.Tensor, temperature: torch.Tensor) -> torch.Tensor:
+    """``softmax(logits / T)`` per request; greedy requests get their argmax."""
+    clean = torch.nan_to_num(logits.double(), nan=-torch.inf)
+    t = temperature.double().reshape(-1, *([1] * (logits.dim() - 1)))
+    probs = torch.softmax((clean - clean.amax(-1, keepdim=True)) / torch.where(t > 0, t, 1.0), dim=-1)
+    greedy = torch.nn.functional.one_hot(clean.argmax(-1), logits.shape[-1]).double()
+    return torch.where(t == 0, greedy, probs)
+
+
+class EngineAdapter:
+    """The adapter: `SpecBatch` in, engine call, `SpecOutput` out (flat or one-hot drafts)."""
+
+    name = "engine-adapter"
+    canonical_rng = False
+
+    def __call__(self, batch: SpecBatch) -> SpecOutput:
+        """Sample ``batch`` with the engine's sampler."""
+        if batch.method != "probabilistic" or batch.draft_slot is not None:
+            raise ValueError(f"method is {batch.method!r}; this engine does flat probabilistic sampling only")
+        counts = batch.num_drafts()
+        width = max(counts)
+        starts = batch.cu_num_drafts.tolist()
+        ids = torch.full((len(counts), width), -1, dtype=torch.int64)
+        target = torch.zeros(len(counts), width + 1, batch.vocab_size, dtype=torch.float64)
+        draft = (
+            None
+            if batch.draft_logits is None
+            else torch.zeros(len(counts), width, batch.vocab_size, dtype=torch.float64)
+        )
+        for b, n in enumerate(counts):
+            ids[b, :n] = batch.draft_token_ids[starts[b] : starts[b] + n].clamp(-1, batch.vocab_size)
+            ids[b, :n] = torch.where(ids[b, :n] >= batch.vocab_size, -1, ids[b, :n])
+            rows = batch.target_logits[starts[b] + b : starts[b] + b + n + 1]
+            target[b, : n + 1] = _probs(rows.unsqueeze(0), batch.temperature[b : b + 1])[0]
+            if draft is not None and batch.draft_logits is not None:
+                rows = batch.draft_logits[starts[b] : starts[b] + n]
+                draft[b, :n] = _probs(rows.unsqueeze(0), batch.temperature[b : b + 1])[0]
+        generators = [
+            torch.Generator().manual_seed((int(s) * 1_000_003 + int(t)) % (2**63))
+            for s, t in zip(batch.seed.tolist(), batch.step.tolist(), strict=True)
+        ]
+        tokens = engine_rejection_sample(ids, counts, draft, target, generators)
+        emitted = (tokens >= 0).sum(dim=1).to(torch.int32)
+        return SpecOutput(token_ids=tokens, num_emitted=emitted)
