@@ -200,6 +200,12 @@ def cmd_mutants(args: argparse.Namespace) -> int:
     unknown = [i for i in ids or [] if i not in MUTANTS]
     if unknown:
         raise UsageError(f"mutant ids {unknown} are unknown; known: {', '.join(MUTANTS)}")
+    gpu_tier = [i for i in ids or [] if MUTANTS[i].gpu_only]
+    if gpu_tier:
+        raise UsageError(
+            f"mutants {gpu_tier} need a batch past 2**31 logits in one call: run "
+            "python3 -m pytest -m gpu fuzz/tests/test_gpu_tier.py on a GPU"
+        )
     device = _check_device(args.device or _default_device())
     records = run_mutants(ids, profile=args.profile, rounds=args.rounds, device=device)
     print(table(records))

@@ -168,5 +168,14 @@ MUTANTS: dict[str, Mutant] = {
             "unconditional synthetic rates used as conditional",
             "law_of_m",
         ),
+        _m(
+            "M23",
+            "m23_int32_offsets",
+            "Int32Offsets",
+            "int32 row offsets overflow past 2**31 logits",
+            "invariants",
+            "law_of_y",
+            gpu_only=True,
+        ),
     ]
 }
