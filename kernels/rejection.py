@@ -26,12 +26,12 @@ Whatever the values, no kernel reads or writes out of bounds and every emitted i
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from dataclasses import dataclass
 
 import numpy as np
 import torch
-import triton
 
 from kernels import rejection_kernels as jit
 from reference.contract import SpecBatch, SpecOutput
@@ -64,7 +64,7 @@ class VocabLayout:
     @property
     def split_block(self) -> int:
         """``num_splits`` rounded up to a power of two, the width of the combine blocks."""
-        return triton.next_power_of_2(self.num_splits)
+        return _next_power_of_2(self.num_splits)
 
     def tiles(self, block_v: int) -> tuple[int, int]:
         """``(tile size, tiles per split)`` for a kernel that walks a split in tiles of ``block_v``."""
@@ -72,12 +72,22 @@ class VocabLayout:
         return block, self.split_size // block
 
 
+def _next_power_of_2(n: int) -> int:
+    """The smallest power of two ``>= n``, for ``n >= 1`` (plain Python: this is the host's hot path)."""
+    return 1 << (n - 1).bit_length()
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@functools.lru_cache(maxsize=256)
 def vocab_layout(vocab_size: int) -> VocabLayout:
     """Splits of 4096 tokens (fewer for a small vocabulary), at most 32 (wider splits beyond)."""
-    block = min(SPLIT_BLOCK_V, max(16, triton.next_power_of_2(vocab_size)))
-    tiles_per_split = triton.cdiv(triton.cdiv(vocab_size, block), MAX_SPLITS)
+    block = min(SPLIT_BLOCK_V, max(16, _next_power_of_2(vocab_size)))
+    tiles_per_split = _cdiv(_cdiv(vocab_size, block), MAX_SPLITS)
     split_size = block * tiles_per_split
-    return VocabLayout(split_size=split_size, num_splits=triton.cdiv(vocab_size, split_size))
+    return VocabLayout(split_size=split_size, num_splits=_cdiv(vocab_size, split_size))
 
 
 def _aligned(size: int) -> int:
@@ -85,10 +95,13 @@ def _aligned(size: int) -> int:
     return (size + 3) // 4 * 4
 
 
-def _carve(workspace: torch.Tensor, sizes: list[int]) -> list[torch.Tensor]:
-    """Consecutive views of ``workspace`` of the given sizes, each starting 16-byte aligned."""
+def _carve(sizes: list[int], dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """One allocation cut into consecutive views of at least the given sizes, each 16-byte aligned.
+
+    The kernels address the views through pointers only, so each keeps its rounding padding.
+    """
     aligned = [_aligned(size) for size in sizes]
-    return [part[:size] for part, size in zip(workspace.split(aligned), sizes, strict=True)]
+    return torch.empty(sum(aligned), dtype=dtype, device=device).split(aligned)
 
 
 def _check_values_default(batch: SpecBatch) -> bool:
@@ -135,12 +148,10 @@ def rejection_sample(batch: SpecBatch, *, check_values: bool | None = None) -> S
         num_requests * jit.INFO_FLOATS.value, sample_records, sample_records,
     ]  # fmt: skip
     int_sizes = [2 * num_requests * jit.INFO_INTS.value, num_records, strict_records, sample_records]
-    floats = torch.empty(sum(map(_aligned, float_sizes)), dtype=torch.float32, device=device)
-    ints = torch.empty(sum(map(_aligned, int_sizes)), dtype=torch.int32, device=device)
     target_max, target_sum, draft_max, draft_sum, cand_logit, cand_gumbel, info_float, res_key, res_mass = (
-        _carve(floats, float_sizes)
+        _carve(float_sizes, torch.float32, device)
     )
-    info_int, target_arg, cand_token, res_token = _carve(ints, int_sizes)
+    info_int, target_arg, cand_token, res_token = _carve(int_sizes, torch.int32, device)
     info_int = info_int.view(torch.int64)
     token_ids = torch.empty(num_requests, width, dtype=torch.int64, device=device)
     logprobs = torch.empty(num_requests, width, dtype=torch.float32, device=device)
@@ -184,7 +195,7 @@ def rejection_sample(batch: SpecBatch, *, check_values: bool | None = None) -> S
             info_int, info_float, token_ids, logprobs, num_emitted,
             target.shape[0], num_draft_ids, num_draft_rows, slot_capacity, num_rates,
             target.stride(0), draft_stride, slot_stride, vocab_size, max_num_drafts, num_splits,
-            POS_BLOCK=min(MAX_POS_BLOCK, triton.next_power_of_2(max(max_num_drafts, 1))),
+            POS_BLOCK=min(MAX_POS_BLOCK, _next_power_of_2(max(max_num_drafts, 1))),
             SPLIT_BLOCK=layout.split_block, num_warps=4, **shared,
         )  # fmt: skip
         if batch.method != "strict":
