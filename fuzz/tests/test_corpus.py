@@ -14,10 +14,8 @@ REPRODUCERS = sorted(CORPUS.glob("*.json"))
 
 
 def test_corpus_covers_every_cpu_mutant() -> None:
-    """The corpus holds a reproducer for each of M01-M22."""
-    assert sorted(load_reproducer(path).variant for path in REPRODUCERS) == [
-        f"M{i:02d}" for i in range(1, 23)
-    ]
+    """The corpus holds a reproducer for each of M01-M22 (and shrunk ones found by random search)."""
+    assert {load_reproducer(path).variant for path in REPRODUCERS} == {f"M{i:02d}" for i in range(1, 23)}
 
 
 @pytest.mark.parametrize("path", REPRODUCERS, ids=[p.stem for p in REPRODUCERS])
