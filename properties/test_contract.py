@@ -9,7 +9,15 @@ import numpy as np
 import pytest
 import torch
 
-from reference.contract import RequestData, SpecBatch, SpecOutput, Variant, make_batch, split_output
+from reference.contract import (
+    RequestData,
+    SpecBatch,
+    SpecOutput,
+    Variant,
+    make_batch,
+    odd_values,
+    split_output,
+)
 from reference.sampler import ReferenceSampler
 
 
@@ -147,3 +155,19 @@ def test_split_output_and_variant_protocol() -> None:
     parts = split_output(output)
     assert [p.token_ids for p in parts] == [[4, 5], [7]]
     assert [p.num_accepted for p in parts] == [1, 0]
+
+
+def test_odd_values_are_legal_and_reported() -> None:
+    """NaN and infinite logits and ids outside [-1, V) validate, and odd_values names each of them."""
+    batch = _batch()
+    target = batch.target_logits.clone()
+    target[0, 0], target[1, 1] = float("nan"), float("inf")
+    ids = batch.draft_token_ids.clone()
+    ids[0], ids[1] = -5, 8
+    odd = dataclasses.replace(batch, target_logits=target, draft_token_ids=ids)
+    odd.validate()
+    notes = odd_values(odd)
+    assert any("target_logits has NaN" in n for n in notes)
+    assert any("target_logits has infinite" in n for n in notes)
+    assert any("2 ids outside [-1, V)" in n for n in notes)
+    assert odd_values(batch) == []
