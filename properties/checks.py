@@ -308,6 +308,29 @@ def _holm_verdict(
     )
 
 
+def _statistical_verdict(
+    check: str,
+    variant: Variant,
+    batch: SpecBatch,
+    alpha: float,
+    draw: Callable[[], Trials],
+    components: Callable[[Trials], tuple[list[Component], float]],
+    summary_suffix: str = "",
+) -> Verdict:
+    """Draw the trials, run a check's tests on them and combine them by Holm (`_holm_verdict`)."""
+    start = time.perf_counter()
+    try:
+        trials = draw()
+    except VariantError as error:
+        return _failed_call(check, variant, error, time.perf_counter() - start)
+    tests, detectable = components(trials)
+    summary = f"{batch.num_requests} requests x {trials.num_trials} trials{summary_suffix}"
+    total = batch.num_requests * trials.num_trials
+    return _holm_verdict(
+        check, variant, tests, alpha, detectable, total, time.perf_counter() - start, summary
+    )
+
+
 def _failed_call(check: str, variant: Variant, error: VariantError, seconds: float) -> Verdict:
     return Verdict(
         check,
@@ -764,16 +787,13 @@ def check_law_of_m(
     probability ``P(m = j)`` detected with power 0.999 (at Holm's first level ``alpha / k``), the
     largest over cells and requests.
     """
-    start = time.perf_counter()
-    try:
-        trials = trials or draw_trials(variant, batch, num_samples, seed)
-    except VariantError as error:
-        return _failed_call("law_of_m", variant, error, time.perf_counter() - start)
-    tests, detectable = law_of_m_components(batch, trials, alpha)
-    summary = f"{batch.num_requests} requests x {trials.num_trials} trials"
-    total = batch.num_requests * trials.num_trials
-    return _holm_verdict(
-        "law_of_m", variant, tests, alpha, detectable, total, time.perf_counter() - start, summary
+    return _statistical_verdict(
+        "law_of_m",
+        variant,
+        batch,
+        alpha,
+        lambda: trials or draw_trials(variant, batch, num_samples, seed),
+        lambda drawn: law_of_m_components(batch, drawn, alpha),
     )
 
 
@@ -869,16 +889,13 @@ def check_law_of_y(
     ``detectable``: the total variation on the joint law of ``(m, y)`` detected with power 0.999 (at
     Holm's first level ``alpha / k``), the largest over requests.
     """
-    start = time.perf_counter()
-    try:
-        trials = trials or draw_trials(variant, batch, num_samples, seed)
-    except VariantError as error:
-        return _failed_call("law_of_y", variant, error, time.perf_counter() - start)
-    tests, detectable = law_of_y_components(batch, trials, alpha, block_size)
-    summary = f"{batch.num_requests} requests x {trials.num_trials} trials"
-    total = batch.num_requests * trials.num_trials
-    return _holm_verdict(
-        "law_of_y", variant, tests, alpha, detectable, total, time.perf_counter() - start, summary
+    return _statistical_verdict(
+        "law_of_y",
+        variant,
+        batch,
+        alpha,
+        lambda: trials or draw_trials(variant, batch, num_samples, seed),
+        lambda drawn: law_of_y_components(batch, drawn, alpha, block_size),
     )
 
 
@@ -975,16 +992,14 @@ def check_marginal(
     """
     if batch.method == "synthetic":
         return None
-    start = time.perf_counter()
-    try:
-        trials = draw_trials_from_q(variant, batch, num_samples, seed, max_elements=max_elements)
-    except VariantError as error:
-        return _failed_call("marginal", variant, error, time.perf_counter() - start)
-    tests, detectable = marginal_components(batch, trials, alpha)
-    summary = f"{batch.num_requests} requests x {num_samples} trials, drafts drawn from q"
-    total = batch.num_requests * num_samples
-    return _holm_verdict(
-        "marginal", variant, tests, alpha, detectable, total, time.perf_counter() - start, summary
+    return _statistical_verdict(
+        "marginal",
+        variant,
+        batch,
+        alpha,
+        lambda: draw_trials_from_q(variant, batch, num_samples, seed, max_elements=max_elements),
+        lambda drawn: marginal_components(batch, drawn, alpha),
+        ", drafts drawn from q",
     )
 
 
