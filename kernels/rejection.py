@@ -1,10 +1,11 @@
 """The production rejection sampler: validates a `SpecBatch`, allocates, and launches the Triton kernels.
 
 One call runs `rejection_kernels.row_stats_kernel` (every target row, and the draft rows that the
-probabilistic test needs, read once), `decide_kernel` (acceptance decisions and the accepted
-prefix), and for probabilistic and synthetic batches `sample_kernel` and `emit_kernel` (Gumbel-max
-over the one final row of each request). No call reads anything back to the host, except
-``cu_num_drafts`` once when ``batch.max_num_drafts`` is not given.
+probabilistic test needs, read once, except rows after a rejection already decided; each row's
+last program decides it), `decide_kernel` (the walk to the first rejection and the accepted
+prefix), and for probabilistic and synthetic batches `sample_kernel` and `emit_kernel`
+(Gumbel-max over the one final row of each request). No call reads anything back to the host,
+except ``cu_num_drafts`` once when ``batch.max_num_drafts`` is not given.
 
 Behaviour on odd values (the launcher checks them only when asked, see `rejection_sample`):
 
@@ -95,13 +96,17 @@ def _aligned(size: int) -> int:
     return (size + 3) // 4 * 4
 
 
-def _carve(sizes: list[int], dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, ...]:
-    """One allocation cut into consecutive views of at least the given sizes, each 16-byte aligned.
+def _carve(
+    sizes: list[int], dtype: torch.dtype, device: torch.device, *, zero: bool = False
+) -> tuple[torch.Tensor, ...]:
+    """One allocation (zeroed if ``zero``) cut into consecutive views of at least the given sizes,
+    each 16-byte aligned.
 
     The kernels address the views through pointers only, so each keeps its rounding padding.
     """
     aligned = [_aligned(size) for size in sizes]
-    return torch.empty(sum(aligned), dtype=dtype, device=device).split(aligned)
+    allocate = torch.zeros if zero else torch.empty
+    return allocate(sum(aligned), dtype=dtype, device=device).split(aligned)
 
 
 def _check_values_default(batch: SpecBatch) -> bool:
@@ -136,23 +141,29 @@ def rejection_sample(batch: SpecBatch, *, check_values: bool | None = None) -> S
     slotted = batch.slotted
 
     num_records = num_requests * width * num_splits
+    num_rows = num_requests * width
     needs_draft = batch.method == "probabilistic" and draft is not None
     draft_records = num_records if needs_draft else 1
     strict_records = num_records if batch.method == "strict" else 1
     sample_records = num_requests * num_splits
-    # Two workspaces, carved into the per-kernel records (each segment starts 16-byte aligned, so
-    # the kernels' pointer specialisation does not depend on the batch): one allocation per dtype
-    # instead of one per record keeps the host cost of a small call down.
+    # Three workspaces, carved into the per-kernel records (each segment starts 16-byte aligned, so
+    # the kernels' pointer specialisation does not depend on the batch): one allocation per kind
+    # instead of one per record keeps the host cost of a small call down. Only the split counters
+    # and the rejection flags must start at zero.
     float_sizes = [
         num_records, num_records, draft_records, draft_records, strict_records, strict_records,
-        num_requests * jit.INFO_FLOATS.value, sample_records, sample_records,
+        num_rows * jit.ROW_FLOATS.value, num_requests * jit.INFO_FLOATS.value, sample_records,
+        sample_records,
     ]  # fmt: skip
-    int_sizes = [2 * num_requests * jit.INFO_INTS.value, num_records, strict_records, sample_records]
-    target_max, target_sum, draft_max, draft_sum, cand_logit, cand_gumbel, info_float, res_key, res_mass = (
-        _carve(float_sizes, torch.float32, device)
-    )
-    info_int, target_arg, cand_token, res_token = _carve(int_sizes, torch.int32, device)
+    int_sizes = [
+        2 * num_requests * jit.INFO_INTS.value, num_records, strict_records, sample_records,
+        num_rows * jit.ROW_INTS.value,
+    ]  # fmt: skip
+    (target_max, target_sum, draft_max, draft_sum, cand_logit, cand_gumbel, row_float, info_float,
+     res_key, res_mass) = _carve(float_sizes, torch.float32, device)  # fmt: skip
+    info_int, target_arg, cand_token, res_token, row_int = _carve(int_sizes, torch.int32, device)
     info_int = info_int.view(torch.int64)
+    counter, stop_flag = _carve([num_rows, num_requests], torch.int32, device, zero=True)
     token_ids = torch.empty(num_requests, width, dtype=torch.int64, device=device)
     logprobs = torch.empty(num_requests, width, dtype=torch.float32, device=device)
     num_emitted = torch.empty(num_requests, dtype=torch.int32, device=device)
@@ -174,29 +185,31 @@ def rejection_sample(batch: SpecBatch, *, check_values: bool | None = None) -> S
     strict = batch.method == "strict"
     stats_block, stats_tiles = layout.tiles(STRICT_BLOCK_V if strict else STATS_BLOCK_V)
     sample_block, sample_tiles = layout.tiles(SAMPLE_BLOCK_V)
+    stats_args = (
+        target, draft_arg, batch.draft_token_ids, batch.cu_num_drafts, batch.temperature,
+        batch.seed, batch.step, slot_arg, rates_arg,
+        target_max, target_sum, target_arg, draft_max, draft_sum, cand_logit, cand_gumbel, cand_token,
+        row_float, row_int, counter, stop_flag,
+        target.shape[0], num_draft_ids, num_draft_rows, slot_capacity, num_rates,
+        target.stride(0), draft_stride, slot_stride, vocab_size, max_num_drafts, num_splits,
+    )  # fmt: skip
+    pos_block = min(MAX_POS_BLOCK, _next_power_of_2(max(max_num_drafts, 1)))
+    stats_meta = dict(
+        TILES_PER_SPLIT=stats_tiles, BLOCK_V=stats_block, SPLIT_BLOCK=layout.split_block,
+        POS_BLOCK=pos_block, num_warps=STRICT_WARPS if strict else STATS_WARPS, **shared,
+    )  # fmt: skip
 
     # The interpreter evaluates both sides of every tl.where with numpy, which warns on log(0) and
     # inf - inf; the kernels define the result of every such lane.
     quiet = np.errstate(all="ignore") if device.type == "cpu" else contextlib.nullcontext()
     with quiet:
-        jit.row_stats_kernel[(num_requests, width, num_splits)](
-            target, draft_arg, batch.draft_token_ids, batch.cu_num_drafts, batch.temperature,
-            batch.seed, batch.step, slot_arg,
-            target_max, target_sum, target_arg, draft_max, draft_sum, cand_logit, cand_gumbel, cand_token,
-            target.shape[0], num_draft_ids, num_draft_rows, slot_capacity,
-            target.stride(0), draft_stride, slot_stride, vocab_size, max_num_drafts, num_splits,
-            TILES_PER_SPLIT=stats_tiles, BLOCK_V=stats_block,
-            num_warps=STRICT_WARPS if strict else STATS_WARPS, **shared,
-        )  # fmt: skip
+        jit.row_stats_kernel[(num_requests * num_splits, width)](*stats_args, **stats_meta)
         jit.decide_kernel[(num_requests,)](
-            target, draft_arg, batch.draft_token_ids, batch.cu_num_drafts, batch.temperature,
-            batch.seed, batch.step, slot_arg, rates_arg,
-            target_max, target_sum, target_arg, draft_max, draft_sum, cand_logit, cand_gumbel, cand_token,
+            batch.draft_token_ids, batch.cu_num_drafts, batch.temperature, slot_arg, row_float, row_int,
             info_int, info_float, token_ids, logprobs, num_emitted,
-            target.shape[0], num_draft_ids, num_draft_rows, slot_capacity, num_rates,
-            target.stride(0), draft_stride, slot_stride, vocab_size, max_num_drafts, num_splits,
-            POS_BLOCK=min(MAX_POS_BLOCK, _next_power_of_2(max(max_num_drafts, 1))),
-            SPLIT_BLOCK=layout.split_block, num_warps=4, **shared,
+            target.shape[0], num_draft_ids, num_draft_rows, slot_capacity,
+            target.stride(0), draft_stride, slot_stride, vocab_size, max_num_drafts,
+            POS_BLOCK=pos_block, num_warps=4, **shared,
         )  # fmt: skip
         if batch.method != "strict":
             jit.sample_kernel[(num_requests, num_splits)](

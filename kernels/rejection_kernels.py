@@ -1,16 +1,22 @@
-"""Triton kernels of the rejection sampler: row statistics, the accept/reject walk, final-row sampling.
+"""Triton kernels of the rejection sampler: row statistics and decisions, the walk, final-row sampling.
 
 Only ``@triton.jit`` code lives here; `kernels.rejection` validates, allocates and launches. One call
-runs up to four kernels:
+runs up to four launches:
 
-1. `row_stats_kernel`, grid ``(B, max_n + 1, num_splits)``: one program per request, position and
-   vocabulary split. It reads its split of the target row (and of the draft row when the
-   probabilistic test needs ``q``) once: online max, sum of ``exp((x - max) / T)`` and the argmax;
-   for strict requests also the Gumbel-max candidate of the target sample.
-2. `decide_kernel`, grid ``(B,)``: combines the split statistics, makes every acceptance decision,
-   finds the first rejection ``j`` (or the bonus row), writes the accepted prefix, the padding and
-   ``num_emitted``, and either writes the emitted token (greedy and strict rows) or leaves the
-   final row's statistics for the next two kernels.
+1. `row_stats_kernel`, grid ``(B * num_splits, max_n + 1)``: one program per request, vocabulary
+   split and position. It reads its split of the target row (and of the draft row when the
+   probabilistic test needs ``q``) once: online max, sum of ``exp((x - max) / T)``, the argmax for
+   greedy rows, the Gumbel-max candidate for strict rows. The last program to finish a row
+   (an acquire-release counter per row) combines the splits and decides the row's draft
+   (`_finish_row`); a rejection raises a per-request flag, and programs of later positions of
+   that request that start after it skip their row (positions are the slowest grid dimension,
+   so later positions are scheduled after earlier ones). The output never depends on a row after
+   the first rejection, so skipping changes only the time. Synthetic decisions read no logit, so
+   each program makes them for the positions before its own and skips exactly.
+2. `decide_kernel`, grid ``(B,)``: walks the row decisions to the first rejection ``j`` (or the
+   bonus row), writes the accepted prefix, the padding and ``num_emitted``, and either writes the
+   emitted token (greedy and strict rows) or leaves the final row's statistics for the next two
+   kernels.
 3. `sample_kernel`, grid ``(B, num_splits)``: Gumbel-max over one split of the final row only:
    the residual ``(p - q)+`` and the target ``p`` (the fallback when the residual has no mass).
 4. `emit_kernel`, grid ``(B,)``: combines the split candidates and writes the emitted token.
@@ -59,6 +65,17 @@ INFO_TARGET_LOG_SUM = tl.constexpr(1)
 INFO_DRAFT_MAX = tl.constexpr(2)
 INFO_DRAFT_LOG_SUM = tl.constexpr(3)
 INFO_FLOATS = tl.constexpr(4)
+# Field indices of the per-row records `_finish_row` writes for decide_kernel.
+ROW_TARGET_MAX = tl.constexpr(0)
+ROW_TARGET_LOG_SUM = tl.constexpr(1)
+ROW_DRAFT_MAX = tl.constexpr(2)
+ROW_DRAFT_LOG_SUM = tl.constexpr(3)
+ROW_DRAFT_LOG_PROB = tl.constexpr(4)  # log p(d_i), the logprob of an accepted draft
+ROW_TOKEN_LOG_PROB = tl.constexpr(5)  # log p of ROW_TOKEN
+ROW_FLOATS = tl.constexpr(6)
+ROW_TOKEN = tl.constexpr(0)  # the argmax of a greedy row, the target sample of a strict one
+ROW_ACCEPT = tl.constexpr(1)  # 1 where the draft of the row is accepted
+ROW_INTS = tl.constexpr(2)
 
 
 @triton.jit
@@ -252,6 +269,33 @@ def _split_stats(
     return row_max, row_sum, row_arg, cand_logit, cand_gumbel, cand_token
 
 
+@triton.jit
+def _synthetic_accept(
+    draft_ids_ptr, rates_ptr, draft_start, position, num_drafts, num_draft_ids, num_rates, seed, step,
+    vocab_size,
+):  # fmt: skip
+    """Whether synthetic sampling accepts the draft at ``position`` (a scalar or a vector of them).
+
+    A real draft is accepted iff ``u < c_i``. It needs no logit, so every program can evaluate it
+    for the positions before its own. Every operation is exact (integer Philox, the conversion of
+    `tl.rand`, a float64 comparison), so every caller gets the same answer bit for bit.
+
+    Args:
+        draft_ids_ptr: ``[D]`` int64 draft token ids.
+        rates_ptr: ``[num_rates]`` fp64 conditional acceptance rates.
+    """
+    is_draft = position < num_drafts
+    draft_id = tl.load(
+        draft_ids_ptr + draft_start + position,
+        mask=is_draft & (draft_start + position < num_draft_ids),
+        other=-1,
+    )
+    real = is_draft & (draft_id >= 0) & (draft_id < vocab_size)
+    rate = tl.load(rates_ptr + position, mask=is_draft & (position < num_rates), other=0.0)
+    u = tl.rand(seed, _offsets(step, position.to(tl.int64), ACCEPT_PURPOSE, 0))
+    return real & (u.to(tl.float64) < rate)
+
+
 # Counts that change from call to call are not specialised on, so each layout compiles once.
 @triton.jit(
     do_not_specialize=[
@@ -259,6 +303,7 @@ def _split_stats(
         "num_draft_ids",
         "num_draft_rows",
         "slot_capacity",
+        "num_rates",
         "max_num_drafts",
         "num_splits",
     ]
@@ -272,6 +317,7 @@ def row_stats_kernel(
     seed_ptr,
     step_ptr,
     draft_slot_ptr,
+    rates_ptr,
     target_max_ptr,
     target_sum_ptr,
     target_arg_ptr,
@@ -280,10 +326,15 @@ def row_stats_kernel(
     cand_logit_ptr,
     cand_gumbel_ptr,
     cand_token_ptr,
+    row_float_ptr,
+    row_int_ptr,
+    counter_ptr,
+    stop_flag_ptr,
     num_target_rows,
     num_draft_ids,
     num_draft_rows,
     slot_capacity,
+    num_rates,
     target_stride,
     draft_stride,
     slot_stride,
@@ -295,8 +346,15 @@ def row_stats_kernel(
     SLOTTED: tl.constexpr,
     TILES_PER_SPLIT: tl.constexpr,
     BLOCK_V: tl.constexpr,
+    SPLIT_BLOCK: tl.constexpr,
+    POS_BLOCK: tl.constexpr,
 ):
-    """Per-split statistics of every target row, and of the draft rows the probabilistic test reads.
+    """Per-split statistics of the target rows (and draft rows) up to each request's first rejection.
+
+    The last program to finish a row combines its splits and decides it (`_finish_row`). A program
+    whose row lies after a rejection already decided skips its reads and writes neutral records:
+    a request never needs a row after its first rejection, so only the time depends on what was
+    skipped, never the output.
 
     Args:
         target_ptr: ``[R, V]`` fp32/fp16/bf16 target logits, row stride ``target_stride``.
@@ -307,17 +365,28 @@ def row_stats_kernel(
         seed_ptr: ``[B]`` int64.
         step_ptr: ``[B]`` int64.
         draft_slot_ptr: ``[B]`` int32/int64 slots (unused unless ``SLOTTED``).
-        target_max_ptr, target_sum_ptr: ``[B * (max_n + 1) * num_splits]`` fp32 outputs.
-        target_arg_ptr: ``[B * (max_n + 1) * num_splits]`` int32 output, first argmax of the split.
-        draft_max_ptr, draft_sum_ptr: ``[B * (max_n + 1) * num_splits]`` fp32 outputs.
-        cand_logit_ptr, cand_gumbel_ptr: ``[B * (max_n + 1) * num_splits]`` fp32 outputs (strict).
-        cand_token_ptr: ``[B * (max_n + 1) * num_splits]`` int32 output (strict).
+        rates_ptr: ``[num_rates]`` fp64 synthetic conditional acceptance rates (synthetic only).
+        target_max_ptr, target_sum_ptr: ``[B * (max_n + 1) * num_splits]`` fp32 split records.
+        target_arg_ptr: ``[B * (max_n + 1) * num_splits]`` int32 split records, first argmax.
+        draft_max_ptr, draft_sum_ptr: ``[B * (max_n + 1) * num_splits]`` fp32 split records.
+        cand_logit_ptr, cand_gumbel_ptr: ``[B * (max_n + 1) * num_splits]`` fp32 split records (strict).
+        cand_token_ptr: ``[B * (max_n + 1) * num_splits]`` int32 split records (strict).
+        row_float_ptr: ``[B * (max_n + 1), ROW_FLOATS]`` fp32 output of `_finish_row`.
+        row_int_ptr: ``[B * (max_n + 1), ROW_INTS]`` int32 output of `_finish_row`.
+        counter_ptr: ``[B * (max_n + 1)]`` int32, zero at launch: the splits finished per row.
+        stop_flag_ptr: ``[B]`` int32, zero at launch: ``max_n + 1 - j`` for the earliest rejected
+            position ``j`` decided so far.
     """
-    # Grid (B, max_n + 1, num_splits): one program per request, position (the last is the bonus
-    # row) and vocabulary split of TILES_PER_SPLIT * BLOCK_V tokens; positions past n_b exit.
-    request = tl.program_id(0)
+    # Grid (B * num_splits, max_n + 1): program (request * num_splits + split, i) reads split
+    # `split` of row i. Positions are the slowest grid dimension, so a row is scheduled after the
+    # rows before it; by then the request's earlier rows are often decided, and a row after a
+    # rejection is skipped. (Launching position 0 alone first skipped more rows but cost more in
+    # launch tails: kernels/RESULTS.md.)
+    program = tl.program_id(0)
+    request = program // num_splits
+    split = program % num_splits
     position = tl.program_id(1)
-    split = tl.program_id(2)
+    width = max_num_drafts + 1
     draft_start, num_drafts = _request_span(cu_ptr, request, max_num_drafts)
     if position <= num_drafts:
         temperature = tl.load(temperature_ptr + request)
@@ -325,36 +394,62 @@ def row_stats_kernel(
         inv_temperature = _inv_temperature(temperature)
         seed = tl.load(seed_ptr + request)
         step = tl.load(step_ptr + request)
+        # Is the row still needed? Synthetic decisions read no logit, so each program makes them;
+        # the others learn of a rejection from the program that decided it.
+        if METHOD == SYNTHETIC:
+            needed = position >= 0
+            chunk = 0
+            while needed & (chunk < position):
+                earlier = chunk + tl.arange(0, POS_BLOCK)
+                accepted = _synthetic_accept(
+                    draft_ids_ptr, rates_ptr, draft_start, earlier, num_drafts, num_draft_ids,
+                    num_rates, seed, step, vocab_size,
+                )  # fmt: skip
+                needed = tl.min(tl.where(earlier < position, accepted.to(tl.int32), 1), axis=0) > 0
+                chunk += POS_BLOCK
+        else:
+            needed = tl.load(stop_flag_ptr + request, volatile=True) <= width - position
         target_row = draft_start + request + position
         target_inside = target_row < num_target_rows
         target_row_ptr = target_ptr + tl.where(target_inside, target_row, 0) * target_stride
-        out = (request.to(tl.int64) * (max_num_drafts + 1) + position) * num_splits + split
-        if METHOD == STRICT:
-            if sampled:
-                row_max, row_sum, row_arg, logit, gumbel, token = _split_stats(
-                    target_row_ptr, target_inside, split, vocab_size, inv_temperature, seed, step,
-                    position, True, False, TILES_PER_SPLIT, BLOCK_V,
-                )  # fmt: skip
-            else:
-                row_max, row_sum, row_arg, logit, gumbel, token = _split_stats(
-                    target_row_ptr, target_inside, split, vocab_size, inv_temperature, seed, step,
-                    position, False, True, TILES_PER_SPLIT, BLOCK_V,
-                )  # fmt: skip
-            tl.store(cand_logit_ptr + out, logit)
-            tl.store(cand_gumbel_ptr + out, gumbel)
-            tl.store(cand_token_ptr + out, token)
-        else:
+        row = request.to(tl.int64) * width + position
+        out = row * num_splits + split
+        first = split * (TILES_PER_SPLIT * BLOCK_V)
+        # A skipped split leaves the records of a row with no finite logit.
+        row_max = tl.full([], NEG_INF, tl.float32)
+        row_sum = tl.full([], 0.0, tl.float32)
+        row_arg = first
+        if needed:
             # Sampled rows skip the argmax: only greedy rows compare drafts with it.
-            if sampled:
-                row_max, row_sum, row_arg, _, _, _ = _split_stats(
-                    target_row_ptr, target_inside, split, vocab_size, inv_temperature, seed, step,
-                    position, False, False, TILES_PER_SPLIT, BLOCK_V,
-                )  # fmt: skip
+            if METHOD == STRICT:
+                if sampled:
+                    row_max, row_sum, row_arg, logit, gumbel, token = _split_stats(
+                        target_row_ptr, target_inside, split, vocab_size, inv_temperature, seed,
+                        step, position, True, False, TILES_PER_SPLIT, BLOCK_V,
+                    )  # fmt: skip
+                else:
+                    row_max, row_sum, row_arg, logit, gumbel, token = _split_stats(
+                        target_row_ptr, target_inside, split, vocab_size, inv_temperature, seed,
+                        step, position, False, True, TILES_PER_SPLIT, BLOCK_V,
+                    )  # fmt: skip
+                tl.store(cand_logit_ptr + out, logit)
+                tl.store(cand_gumbel_ptr + out, gumbel)
+                tl.store(cand_token_ptr + out, token)
             else:
-                row_max, row_sum, row_arg, _, _, _ = _split_stats(
-                    target_row_ptr, target_inside, split, vocab_size, inv_temperature, seed, step,
-                    position, False, True, TILES_PER_SPLIT, BLOCK_V,
-                )  # fmt: skip
+                if sampled:
+                    row_max, row_sum, row_arg, _, _, _ = _split_stats(
+                        target_row_ptr, target_inside, split, vocab_size, inv_temperature, seed,
+                        step, position, False, False, TILES_PER_SPLIT, BLOCK_V,
+                    )  # fmt: skip
+                else:
+                    row_max, row_sum, row_arg, _, _, _ = _split_stats(
+                        target_row_ptr, target_inside, split, vocab_size, inv_temperature, seed,
+                        step, position, False, True, TILES_PER_SPLIT, BLOCK_V,
+                    )  # fmt: skip
+        elif METHOD == STRICT:
+            tl.store(cand_logit_ptr + out, NEG_INF)
+            tl.store(cand_gumbel_ptr + out, NEG_INF)
+            tl.store(cand_token_ptr + out, first)
         tl.store(target_max_ptr + out, row_max)
         tl.store(target_sum_ptr + out, row_sum)
         tl.store(target_arg_ptr + out, row_arg)
@@ -368,18 +463,34 @@ def row_stats_kernel(
             # q is only needed where a real draft meets a sampled row: a placeholder rejects
             # outright and a greedy row compares with the argmax.
             if sampled & is_draft & (draft_id >= 0) & (draft_id < vocab_size):
-                draft_offset = _draft_row_offset(
-                    request, draft_start, position, draft_slot_ptr, num_draft_rows, slot_capacity,
-                    draft_stride, slot_stride, SLOTTED,
-                )  # fmt: skip
-                draft_row_ptr = draft_ptr + tl.maximum(draft_offset, 0)
-                # The same code as the target's statistics, so p == q gives identical numbers.
-                draft_max, draft_sum, _, _, _, _ = _split_stats(
-                    draft_row_ptr, draft_offset >= 0, split, vocab_size, inv_temperature, seed, step,
-                    position, False, False, TILES_PER_SPLIT, BLOCK_V,
-                )  # fmt: skip
+                draft_max = tl.full([], NEG_INF, tl.float32)
+                draft_sum = tl.full([], 0.0, tl.float32)
+                if needed:
+                    draft_offset = _draft_row_offset(
+                        request, draft_start, position, draft_slot_ptr, num_draft_rows, slot_capacity,
+                        draft_stride, slot_stride, SLOTTED,
+                    )  # fmt: skip
+                    draft_row_ptr = draft_ptr + tl.maximum(draft_offset, 0)
+                    # The same code as the target's statistics, so p == q gives identical numbers.
+                    draft_max, draft_sum, _, _, _, _ = _split_stats(
+                        draft_row_ptr, draft_offset >= 0, split, vocab_size, inv_temperature, seed,
+                        step, position, False, False, TILES_PER_SPLIT, BLOCK_V,
+                    )  # fmt: skip
                 tl.store(draft_max_ptr + out, draft_max)
                 tl.store(draft_sum_ptr + out, draft_sum)
+        # Publish the records, then count this split in; the last split of the row finishes it.
+        tl.debug_barrier()
+        finished = tl.atomic_add(counter_ptr + row, 1, sem="acq_rel", scope="gpu")
+        if finished == num_splits - 1:
+            _finish_row(
+                target_row_ptr, target_inside, draft_ptr, draft_ids_ptr, draft_slot_ptr, rates_ptr,
+                target_max_ptr, target_sum_ptr, target_arg_ptr, draft_max_ptr, draft_sum_ptr,
+                cand_logit_ptr, cand_gumbel_ptr, cand_token_ptr, row_float_ptr, row_int_ptr,
+                stop_flag_ptr, request, position, row, draft_start, num_drafts, temperature,
+                inv_temperature, seed, step, num_draft_ids, num_draft_rows, slot_capacity, num_rates,
+                draft_stride, slot_stride, vocab_size, width, num_splits, METHOD, HAS_DRAFT, SLOTTED,
+                SPLIT_BLOCK,
+            )  # fmt: skip
 
 
 @triton.jit
@@ -389,14 +500,15 @@ def _combine_splits(max_ptr, sum_ptr, records, mask, inv_temperature, num_splits
     ``records`` holds the record index of each row's first split, shaped ``[P, 1]``; ``mask`` the
     rows to read, ``[P, 1]``. Returns ``[P]`` maxima, ``[P]`` log-sums and the ``[P, SPLIT_BLOCK]``
     split maxima. Splits combine in a fixed order, so a row's statistics never depend on the batch.
+    The records were written by other programs of the same launch: the loads bypass L1 (``.cg``).
 
     Args:
         max_ptr, sum_ptr: ``[rows * num_splits]`` fp32 per-split maxima and sums of `row_stats_kernel`.
     """
     splits = tl.arange(0, SPLIT_BLOCK)[None, :]
     split_mask = mask & (splits < num_splits)
-    split_max = tl.load(max_ptr + records + splits, mask=split_mask, other=NEG_INF)
-    split_sum = tl.load(sum_ptr + records + splits, mask=split_mask, other=0.0)
+    split_max = tl.load(max_ptr + records + splits, mask=split_mask, other=NEG_INF, cache_modifier=".cg")
+    split_sum = tl.load(sum_ptr + records + splits, mask=split_mask, other=0.0, cache_modifier=".cg")
     row_max = tl.max(split_max, axis=1)
     row_sum = tl.sum(split_sum * _rescale(split_max, row_max[:, None], inv_temperature), axis=1)
     return row_max, tl.log(row_sum), split_max
@@ -411,7 +523,7 @@ def _row_argmax(arg_ptr, records, mask, split_max, row_max, num_splits, SPLIT_BL
     """
     splits = tl.arange(0, SPLIT_BLOCK)[None, :]
     holds_max = mask & (splits < num_splits) & (split_max == row_max[:, None])
-    split_arg = tl.load(arg_ptr + records + splits, mask=holds_max, other=NO_SPLIT)
+    split_arg = tl.load(arg_ptr + records + splits, mask=holds_max, other=NO_SPLIT, cache_modifier=".cg")
     return tl.min(split_arg, axis=1)
 
 
@@ -428,9 +540,9 @@ def _strict_sample(
     """
     splits = tl.arange(0, SPLIT_BLOCK)[None, :]
     split_mask = mask & (splits < num_splits)
-    logit = tl.load(logit_ptr + records + splits, mask=split_mask, other=NEG_INF)
-    gumbel = tl.load(gumbel_ptr + records + splits, mask=split_mask, other=NEG_INF)
-    token = tl.load(token_ptr + records + splits, mask=split_mask, other=0)
+    logit = tl.load(logit_ptr + records + splits, mask=split_mask, other=NEG_INF, cache_modifier=".cg")
+    gumbel = tl.load(gumbel_ptr + records + splits, mask=split_mask, other=NEG_INF, cache_modifier=".cg")
+    token = tl.load(token_ptr + records + splits, mask=split_mask, other=0, cache_modifier=".cg")
     keys = tl.where(split_mask, _scaled(logit, row_max[:, None], inv_temperature) + gumbel, NEG_INF)
     best = tl.argmax(keys, axis=1, tie_break_left=True)
     return tl.sum(tl.where(splits == best[:, None], token, 0), axis=1)
@@ -449,140 +561,84 @@ def _log_prob(target_row_ptr, target_inside, token, row_max, log_sum, inv_temper
     return tl.where(log_prob < LOG_ZERO, NEG_INF, log_prob)
 
 
-@triton.jit(
-    do_not_specialize=[
-        "num_target_rows",
-        "num_draft_ids",
-        "num_draft_rows",
-        "slot_capacity",
-        "max_num_drafts",
-        "num_splits",
-        "num_rates",
-    ]
-)
-def decide_kernel(
-    target_ptr,
-    draft_ptr,
-    draft_ids_ptr,
-    cu_ptr,
-    temperature_ptr,
-    seed_ptr,
-    step_ptr,
-    draft_slot_ptr,
-    rates_ptr,
-    target_max_ptr,
-    target_sum_ptr,
-    target_arg_ptr,
-    draft_max_ptr,
-    draft_sum_ptr,
-    cand_logit_ptr,
-    cand_gumbel_ptr,
-    cand_token_ptr,
-    info_int_ptr,
-    info_float_ptr,
-    token_ids_ptr,
-    logprobs_ptr,
-    num_emitted_ptr,
-    num_target_rows,
-    num_draft_ids,
-    num_draft_rows,
-    slot_capacity,
-    num_rates,
-    target_stride,
-    draft_stride,
-    slot_stride,
-    vocab_size,
-    max_num_drafts,
-    num_splits,
-    METHOD: tl.constexpr,
-    HAS_DRAFT: tl.constexpr,
-    SLOTTED: tl.constexpr,
-    POS_BLOCK: tl.constexpr,
-    SPLIT_BLOCK: tl.constexpr,
-):
-    """Acceptance decisions, the first rejection, and every output except a sampled final token.
+@triton.jit
+def _finish_row(
+    target_row_ptr, target_inside, draft_ptr, draft_ids_ptr, draft_slot_ptr, rates_ptr,
+    target_max_ptr, target_sum_ptr, target_arg_ptr, draft_max_ptr, draft_sum_ptr,
+    cand_logit_ptr, cand_gumbel_ptr, cand_token_ptr, row_float_ptr, row_int_ptr, stop_flag_ptr,
+    request, position, row, draft_start, num_drafts, temperature, inv_temperature, seed, step,
+    num_draft_ids, num_draft_rows, slot_capacity, num_rates, draft_stride, slot_stride, vocab_size,
+    width, num_splits,
+    METHOD: tl.constexpr, HAS_DRAFT: tl.constexpr, SLOTTED: tl.constexpr, SPLIT_BLOCK: tl.constexpr,
+):  # fmt: skip
+    """Combine the split records of one row, decide its draft, and write the row's record.
+
+    Run by the last program to finish the row. Every decision is made here and only here, so
+    decide_kernel and the skipping programs can never disagree about it. A rejection is published
+    in ``stop_flag_ptr`` so later rows of the request can be skipped.
 
     Args:
-        target_ptr: ``[R, V]`` fp32/fp16/bf16 target logits.
-        draft_ptr: ``[D, V]`` or ``[S, K, V]`` draft logits (unused unless ``HAS_DRAFT``).
-        draft_ids_ptr: ``[D]`` int64 draft token ids.
-        cu_ptr: ``[B + 1]`` int32 prefix sums of the draft counts.
-        temperature_ptr: ``[B]`` fp32.
-        seed_ptr, step_ptr: ``[B]`` int64.
-        draft_slot_ptr: ``[B]`` int32/int64 (unused unless ``SLOTTED``).
-        rates_ptr: ``[num_rates]`` fp64 synthetic conditional acceptance rates (synthetic only).
-        target_max_ptr ... cand_token_ptr: the ``[B * (max_n + 1) * num_splits]`` records of
-            `row_stats_kernel`.
-        info_int_ptr: ``[B, 5]`` int64 output: sample mode, final position, target and draft row
-            offsets, draft token of the final row.
-        info_float_ptr: ``[B, 4]`` fp32 output: target max and log-sum, draft max and log-sum.
-        token_ids_ptr: ``[B, max_n + 1]`` int64 output.
-        logprobs_ptr: ``[B, max_n + 1]`` fp32 output.
-        num_emitted_ptr: ``[B]`` int32 output.
+        target_row_ptr: the row's first target logit (read at the draft id and the row token).
+        row_float_ptr, row_int_ptr: ``[B * (max_n + 1), ROW_FLOATS | ROW_INTS]`` outputs.
+        The other pointers are row_stats_kernel's.
     """
-    # Grid (B,): one program per request; positions go in chunks of POS_BLOCK, splits are
-    # combined in blocks of SPLIT_BLOCK, and the walk stops at the chunk holding the first rejection.
-    request = tl.program_id(0)
-    draft_start, num_drafts = _request_span(cu_ptr, request, max_num_drafts)
-    temperature = tl.load(temperature_ptr + request)
-    sampled = temperature > 0.0
-    inv_temperature = _inv_temperature(temperature)
-    seed = tl.load(seed_ptr + request)
-    step = tl.load(step_ptr + request)
-    width = max_num_drafts + 1
-    out_row = request.to(tl.int64) * width
-    lanes = tl.arange(0, POS_BLOCK)
-    # Scalar flags are widened by arithmetic: the interpreter cannot splat a scalar boolean.
-    sampled_lanes = (tl.zeros([POS_BLOCK], tl.float32) + temperature) > 0.0
-
-    stop = num_drafts
-    chunk = 0
-    while (stop == num_drafts) & (chunk < num_drafts):
-        position = chunk + lanes
-        is_draft = position < num_drafts
-        draft_id = tl.load(
-            draft_ids_ptr + draft_start + position,
-            mask=is_draft & (draft_start + position < num_draft_ids),
-            other=-1,
-        )
-        real = is_draft & (draft_id >= 0) & (draft_id < vocab_size)
-        records = ((out_row + position) * num_splits)[:, None]
-        row_max, log_sum, split_max = _combine_splits(
-            target_max_ptr, target_sum_ptr, records, is_draft[:, None], inv_temperature, num_splits,
-            SPLIT_BLOCK,
+    records = tl.full([1, 1], 0, tl.int64) + row * num_splits
+    every = tl.full([1, 1], 1, tl.int1)
+    row_max, log_sum, split_max = _combine_splits(
+        target_max_ptr, target_sum_ptr, records, every, inv_temperature, num_splits, SPLIT_BLOCK
+    )
+    token = _row_argmax(target_arg_ptr, records, every, split_max, row_max, num_splits, SPLIT_BLOCK)
+    if METHOD == STRICT:
+        every_sampled = (tl.zeros([1, 1], tl.float32) + temperature) > 0.0
+        sample = _strict_sample(
+            cand_logit_ptr, cand_gumbel_ptr, cand_token_ptr, records, every_sampled, row_max,
+            inv_temperature, num_splits, SPLIT_BLOCK,
         )  # fmt: skip
-        target_row = draft_start + request + position
-        target_inside = target_row < num_target_rows
-        target_row_ptr = target_ptr + tl.where(target_inside, target_row, 0) * target_stride
-        log_p = _log_prob(
-            target_row_ptr, target_inside & real, draft_id, row_max, log_sum, inv_temperature, vocab_size
-        )
-        u = tl.rand(seed, _offsets(step, position.to(tl.int64), ACCEPT_PURPOSE, 0))
-        if METHOD == SYNTHETIC:
-            rate = tl.load(rates_ptr + position, mask=is_draft & (position < num_rates), other=0.0)
-            accept = real & (u.to(tl.float64) < rate)
+        token = tl.where(temperature > 0.0, sample, token)
+    token = tl.sum(token, axis=0)
+    row_max = tl.sum(row_max, axis=0)
+    log_sum = tl.sum(log_sum, axis=0)
+    sampled = temperature > 0.0
+    is_draft = position < num_drafts
+    draft_id = tl.load(
+        draft_ids_ptr + draft_start + position,
+        mask=is_draft & (draft_start + position < num_draft_ids),
+        other=-1,
+    )
+    real = is_draft & (draft_id >= 0) & (draft_id < vocab_size)
+    log_p = _log_prob(
+        target_row_ptr, target_inside & real, draft_id, row_max, log_sum, inv_temperature, vocab_size
+    )
+    token_log_p = _log_prob(
+        target_row_ptr, target_inside, token, row_max, log_sum, inv_temperature, vocab_size
+    )
+    draft_max = tl.full([], NEG_INF, tl.float32)
+    draft_log_sum = tl.full([], 0.0, tl.float32)
+    if METHOD == SYNTHETIC:
+        accept = _synthetic_accept(
+            draft_ids_ptr, rates_ptr, draft_start, position, num_drafts, num_draft_ids, num_rates,
+            seed, step, vocab_size,
+        )  # fmt: skip
+    else:
+        greedy_accept = real & (draft_id == token)
+        if METHOD == STRICT:
+            sampled_accept = real & (token == draft_id)
         else:
-            argmax = _row_argmax(
-                target_arg_ptr, records, is_draft[:, None], split_max, row_max, num_splits, SPLIT_BLOCK
-            )
-            greedy_accept = real & (draft_id == argmax)
-            if METHOD == STRICT:
-                sample = _strict_sample(
-                    cand_logit_ptr, cand_gumbel_ptr, cand_token_ptr, records,
-                    (is_draft & sampled_lanes)[:, None], row_max, inv_temperature, num_splits, SPLIT_BLOCK,
-                )  # fmt: skip
-                sampled_accept = real & (sample == draft_id)
-            else:
-                if HAS_DRAFT:
-                    draft_max, draft_log_sum, _ = _combine_splits(
-                        draft_max_ptr, draft_sum_ptr, records, (real & sampled_lanes)[:, None],
-                        inv_temperature, num_splits, SPLIT_BLOCK,
+            log_q = tl.full([], 0.0, tl.float32)
+            # The compile-time test stands apart so the branch is compiled only where drafts exist.
+            if HAS_DRAFT:  # noqa: SIM102
+                if sampled & real:
+                    draft_maxes, draft_log_sums, _ = _combine_splits(
+                        draft_max_ptr, draft_sum_ptr, records, every, inv_temperature, num_splits,
+                        SPLIT_BLOCK,
                     )  # fmt: skip
+                    draft_max = tl.sum(draft_maxes, axis=0)
+                    draft_log_sum = tl.sum(draft_log_sums, axis=0)
                     draft_offset = _draft_row_offset(
                         request, draft_start, position, draft_slot_ptr, num_draft_rows, slot_capacity,
                         draft_stride, slot_stride, SLOTTED,
                     )  # fmt: skip
-                    draft_inside = real & sampled_lanes & (draft_offset >= 0)
+                    draft_inside = draft_offset >= 0
                     draft_logit = _clean(
                         tl.load(
                             draft_ptr + tl.maximum(draft_offset, 0) + tl.where(draft_inside, draft_id, 0),
@@ -592,15 +648,100 @@ def decide_kernel(
                     )
                     log_q = _scaled(draft_logit, draft_max, inv_temperature) - draft_log_sum
                     log_q = tl.where(log_q < LOG_ZERO, NEG_INF, log_q)
-                else:
-                    log_q = tl.zeros([POS_BLOCK], tl.float32)
-                # p(d) > u q(d) in the log domain. Strict `>`: a draft with p = 0 is never
-                # accepted, even at u = 0; a draft with q = 0 < p always is.
-                sampled_accept = real & (log_p > NEG_INF) & (log_p > tl.log(u) + log_q)
-            accept = tl.where(sampled, sampled_accept, greedy_accept)
-        rejected = is_draft & ~accept
-        stop = tl.min(tl.where(rejected, position, num_drafts), axis=0)
+            u = tl.rand(seed, _offsets(step, position.to(tl.int64), ACCEPT_PURPOSE, 0))
+            # p(d) > u q(d) in the log domain. Strict `>`: a draft with p = 0 is never accepted,
+            # even at u = 0; a draft with q = 0 < p always is.
+            sampled_accept = real & (log_p > NEG_INF) & (log_p > tl.log(u) + log_q)
+        accept = tl.where(sampled, sampled_accept, greedy_accept)
+    row_float = row_float_ptr + row * ROW_FLOATS
+    tl.store(row_float + ROW_TARGET_MAX, row_max)
+    tl.store(row_float + ROW_TARGET_LOG_SUM, log_sum)
+    tl.store(row_float + ROW_DRAFT_MAX, draft_max)
+    tl.store(row_float + ROW_DRAFT_LOG_SUM, draft_log_sum)
+    tl.store(row_float + ROW_DRAFT_LOG_PROB, log_p)
+    tl.store(row_float + ROW_TOKEN_LOG_PROB, token_log_p)
+    row_int = row_int_ptr + row * ROW_INTS
+    tl.store(row_int + ROW_TOKEN, token)
+    tl.store(row_int + ROW_ACCEPT, accept.to(tl.int32))
+    if is_draft & ~accept:
+        tl.atomic_max(stop_flag_ptr + request, width - position)
+
+
+# Counts that change from call to call are not specialised on.
+@triton.jit(
+    do_not_specialize=[
+        "num_target_rows",
+        "num_draft_ids",
+        "num_draft_rows",
+        "slot_capacity",
+        "max_num_drafts",
+    ]
+)
+def decide_kernel(
+    draft_ids_ptr,
+    cu_ptr,
+    temperature_ptr,
+    draft_slot_ptr,
+    row_float_ptr,
+    row_int_ptr,
+    info_int_ptr,
+    info_float_ptr,
+    token_ids_ptr,
+    logprobs_ptr,
+    num_emitted_ptr,
+    num_target_rows,
+    num_draft_ids,
+    num_draft_rows,
+    slot_capacity,
+    target_stride,
+    draft_stride,
+    slot_stride,
+    vocab_size,
+    max_num_drafts,
+    METHOD: tl.constexpr,
+    HAS_DRAFT: tl.constexpr,
+    SLOTTED: tl.constexpr,
+    POS_BLOCK: tl.constexpr,
+):
+    """The first rejection, and every output except a sampled final token, from the row records.
+
+    Args:
+        draft_ids_ptr: ``[D]`` int64 draft token ids.
+        cu_ptr: ``[B + 1]`` int32 prefix sums of the draft counts.
+        temperature_ptr: ``[B]`` fp32.
+        draft_slot_ptr: ``[B]`` int32/int64 (unused unless ``SLOTTED``).
+        row_float_ptr, row_int_ptr: the per-row records of `_finish_row`.
+        info_int_ptr: ``[B, 5]`` int64 output: sample mode, final position, target and draft row
+            offsets, draft token of the final row.
+        info_float_ptr: ``[B, 4]`` fp32 output: target max and log-sum, draft max and log-sum.
+        token_ids_ptr: ``[B, max_n + 1]`` int64 output.
+        logprobs_ptr: ``[B, max_n + 1]`` fp32 output.
+        num_emitted_ptr: ``[B]`` int32 output.
+    """
+    # Grid (B,): one program per request; positions go in chunks of POS_BLOCK and the walk stops
+    # at the chunk holding the first rejection. Rows after it may have been skipped: none is read.
+    request = tl.program_id(0)
+    draft_start, num_drafts = _request_span(cu_ptr, request, max_num_drafts)
+    temperature = tl.load(temperature_ptr + request)
+    sampled = temperature > 0.0
+    width = max_num_drafts + 1
+    out_row = request.to(tl.int64) * width
+    lanes = tl.arange(0, POS_BLOCK)
+
+    stop = num_drafts
+    chunk = 0
+    while (stop == num_drafts) & (chunk < num_drafts):
+        position = chunk + lanes
+        is_draft = position < num_drafts
+        accept = tl.load(row_int_ptr + (out_row + position) * ROW_INTS + ROW_ACCEPT, mask=is_draft, other=0)
+        stop = tl.min(tl.where(is_draft & (accept == 0), position, num_drafts), axis=0)
         keep = is_draft & (position < stop)
+        draft_id = tl.load(
+            draft_ids_ptr + draft_start + position,
+            mask=keep & (draft_start + position < num_draft_ids),
+            other=-1,
+        )
+        log_p = tl.load(row_float_ptr + (out_row + position) * ROW_FLOATS + ROW_DRAFT_LOG_PROB, mask=keep)
         tl.store(token_ids_ptr + out_row + position, draft_id, mask=keep)
         tl.store(logprobs_ptr + out_row + position, log_p, mask=keep)
         chunk += POS_BLOCK
@@ -623,63 +764,43 @@ def decide_kernel(
         other=-1,
     )
     real = is_draft & (draft_id >= 0) & (draft_id < vocab_size)
-    records = tl.full([1, 1], 0, tl.int64) + (out_row + stop) * num_splits
-    every = tl.full([1, 1], 1, tl.int1)
-    every_sampled = (tl.zeros([1, 1], tl.float32) + temperature) > 0.0
-    row_max, log_sum, split_max = _combine_splits(
-        target_max_ptr, target_sum_ptr, records, every, inv_temperature, num_splits, SPLIT_BLOCK
-    )
     target_row = draft_start + request + stop
     target_inside = target_row < num_target_rows
     target_offset = tl.where(target_inside, target_row, 0) * target_stride
     if METHOD == STRICT:
-        argmax = _row_argmax(target_arg_ptr, records, every, split_max, row_max, num_splits, SPLIT_BLOCK)
-        sample = _strict_sample(
-            cand_logit_ptr, cand_gumbel_ptr, cand_token_ptr, records, every_sampled, row_max,
-            inv_temperature, num_splits, SPLIT_BLOCK,
-        )  # fmt: skip
-        token = tl.sum(tl.where(sampled, sample, argmax), axis=0)
         mode = tl.full([], SAMPLE_NONE, tl.int64)
     else:
-        argmax = _row_argmax(target_arg_ptr, records, every, split_max, row_max, num_splits, SPLIT_BLOCK)
-        token = tl.sum(argmax, axis=0)
         if METHOD == PROBABILISTIC:
             rejected_mode = SAMPLE_RESIDUAL if HAS_DRAFT else SAMPLE_WITHOUT_DRAFT
             mode = tl.where(real, rejected_mode, SAMPLE_TARGET).to(tl.int64)
         else:
             mode = tl.full([], SAMPLE_TARGET, tl.int64)
         mode = tl.where(sampled, mode, SAMPLE_NONE)
-    row_max = tl.sum(row_max, axis=0)
-    log_sum = tl.sum(log_sum, axis=0)
+    row_float = row_float_ptr + (out_row + stop) * ROW_FLOATS
     info_int = info_int_ptr + request.to(tl.int64) * INFO_INTS
     tl.store(info_int + INFO_MODE, mode)
     if mode == SAMPLE_NONE:
-        log_p = _log_prob(
-            target_ptr + target_offset, target_inside, token, row_max, log_sum, inv_temperature, vocab_size
-        )
+        token = tl.load(row_int_ptr + (out_row + stop) * ROW_INTS + ROW_TOKEN)
         tl.store(token_ids_ptr + out_row + stop, token.to(tl.int64))
-        tl.store(logprobs_ptr + out_row + stop, log_p)
+        tl.store(logprobs_ptr + out_row + stop, tl.load(row_float + ROW_TOKEN_LOG_PROB))
     else:
         info_float = info_float_ptr + request.to(tl.int64) * INFO_FLOATS
         tl.store(info_int + INFO_POSITION, stop)
         tl.store(info_int + INFO_TARGET_OFFSET, tl.where(target_inside, target_offset, -1))
         # Only a rejected one-hot draft is excluded from the sample.
         tl.store(info_int + INFO_DRAFT_TOKEN, tl.where(mode == SAMPLE_WITHOUT_DRAFT, draft_id, -1))
-        tl.store(info_float + INFO_TARGET_MAX, row_max)
-        tl.store(info_float + INFO_TARGET_LOG_SUM, log_sum)
+        tl.store(info_float + INFO_TARGET_MAX, tl.load(row_float + ROW_TARGET_MAX))
+        tl.store(info_float + INFO_TARGET_LOG_SUM, tl.load(row_float + ROW_TARGET_LOG_SUM))
         # The compile-time test stands apart so the branch is compiled only where drafts exist.
         if METHOD == PROBABILISTIC and HAS_DRAFT:  # noqa: SIM102
             if mode == SAMPLE_RESIDUAL:
-                draft_max, draft_log_sum, _ = _combine_splits(
-                    draft_max_ptr, draft_sum_ptr, records, every, inv_temperature, num_splits, SPLIT_BLOCK
-                )
                 draft_offset = _draft_row_offset(
                     request, draft_start, stop, draft_slot_ptr, num_draft_rows, slot_capacity,
                     draft_stride, slot_stride, SLOTTED,
                 )  # fmt: skip
                 tl.store(info_int + INFO_DRAFT_OFFSET, draft_offset)
-                tl.store(info_float + INFO_DRAFT_MAX, tl.sum(draft_max, axis=0))
-                tl.store(info_float + INFO_DRAFT_LOG_SUM, tl.sum(draft_log_sum, axis=0))
+                tl.store(info_float + INFO_DRAFT_MAX, tl.load(row_float + ROW_DRAFT_MAX))
+                tl.store(info_float + INFO_DRAFT_LOG_SUM, tl.load(row_float + ROW_DRAFT_LOG_SUM))
 
 
 @triton.jit
