@@ -49,6 +49,10 @@ STATS_BLOCK_V, STATS_WARPS = 2048, 4
 SAMPLE_BLOCK_V, SAMPLE_WARPS = 1024, 8
 STRICT_BLOCK_V, STRICT_WARPS = 1024, 4
 MAX_POS_BLOCK = 16
+# Register caps of the statistics pass per method (probabilistic, strict, synthetic). Left alone,
+# ptxas gives it 80 / 124 / 80 registers for the rarely run row-finishing code; under these caps
+# it needs no spill (sm_90, `cuobjdump -res-usage`) and more programs fit on an SM.
+STATS_MAX_REGISTERS = {0: 56, 1: 80, 2: 56}
 
 
 @dataclass(frozen=True)
@@ -198,6 +202,8 @@ def rejection_sample(batch: SpecBatch, *, check_values: bool | None = None) -> S
         TILES_PER_SPLIT=stats_tiles, BLOCK_V=stats_block, SPLIT_BLOCK=layout.split_block,
         POS_BLOCK=pos_block, num_warps=STRICT_WARPS if strict else STATS_WARPS, **shared,
     )  # fmt: skip
+    if device.type == "cuda":
+        stats_meta["maxnreg"] = STATS_MAX_REGISTERS[method]
 
     # The interpreter evaluates both sides of every tl.where with numpy, which warns on log(0) and
     # inf - inf; the kernels define the result of every such lane.

@@ -408,7 +408,9 @@ def row_stats_kernel(
                 needed = tl.min(tl.where(earlier < position, accepted.to(tl.int32), 1), axis=0) > 0
                 chunk += POS_BLOCK
         else:
-            needed = tl.load(stop_flag_ptr + request, volatile=True) <= width - position
+            needed = position >= 0
+            if position > 0:
+                needed = tl.load(stop_flag_ptr + request, volatile=True) <= width - position
         target_row = draft_start + request + position
         target_inside = target_row < num_target_rows
         target_row_ptr = target_ptr + tl.where(target_inside, target_row, 0) * target_stride
