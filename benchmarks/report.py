@@ -102,11 +102,11 @@ def _paired(records: Iterable[Record]) -> dict[tuple[Any, ...], dict[str, Record
 
 
 def results_table(records: Sequence[Record]) -> str:
-    """The Markdown table of GPU times: shape, ours, floor, ratio, achieved bandwidth, PyTorch."""
+    """The Markdown table of GPU times: shape, mean tokens emitted, ours, floor, ratio, bandwidth, PyTorch."""
     lines = [
-        "| method | dtype | drafts | T | B | n | V | ours (us) | floor (us) | ratio | GB/s | torch (us) "
-        "| torch / ours |",
-        "|---|---|---|---|---|---|---|---:|---:|---:|---:|---:|---:|",
+        "| method | dtype | drafts | T | B | n | V | emitted | ours (us) | floor (us) | ratio | GB/s "
+        "| torch (us) | torch / ours |",
+        "|---|---|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for variants in _paired(r for r in records if r.test == "test_gpu_time").values():
         ours = variants.get(OURS)
@@ -118,9 +118,10 @@ def results_table(records: Sequence[Record]) -> str:
         ratio = f"{ours.info['floor_ratio']:.2f}" if ours and "floor_ratio" in ours.info else ""
         bandwidth = f"{ours.info['achieved_GBps']:.0f}" if ours and "achieved_GBps" in ours.info else ""
         speedup = f"{torch_record.median_s / ours.median_s:.1f}x" if ours and torch_record else ""
+        emitted = f"{ours.info['mean_emitted']:.2f}" if ours and "mean_emitted" in ours.info else ""
         lines.append(
             f"| {info['method']} | {info['dtype']} | {info['layout']} | {info['temperature']:g} "
-            f"| {info['batch']} | {info['num_drafts']} | {info['vocab']} "
+            f"| {info['batch']} | {info['num_drafts']} | {info['vocab']} | {emitted} "
             f"| {_us(ours.median_s if ours else None)} | {info.get('floor_us', 0):.1f} | {ratio} "
             f"| {bandwidth} | {_us(torch_record.median_s if torch_record else None)} | {speedup} |"
         )

@@ -45,13 +45,16 @@ class Case:
     greedy_share: float = 0.25
     odd_rows: bool = True
     ragged: bool = True
+    # Latency only: drafts equal to the target rows, so probabilistic sampling accepts every draft
+    # and no row can be skipped (the slowest inputs of a shape).
+    accept_all: bool = False
 
     @property
     def label(self) -> str:
         """A short name for tables."""
         return (
             f"{self.method[:5]:5} {self.layout:7} {self.dtype} V={self.vocab_size:<6} "
-            f"B={self.num_requests:<3} n={self.num_drafts:<2}"
+            f"B={self.num_requests:<3} n={self.num_drafts:<2}" + (" q=p" if self.accept_all else "")
         )
 
 
@@ -280,6 +283,15 @@ def latency(case: Case, bandwidth: float) -> dict[str, float | str]:
     batch = dataclasses.replace(
         make_case_batch(plain, 1), temperature=torch.ones(case.num_requests, device="cuda")
     )
+    if case.accept_all:
+        assert case.layout == "flat", "accept_all builds flat drafts"
+        rows = torch.arange(batch.target_logits.shape[0], device="cuda")
+        is_bonus = torch.zeros_like(rows, dtype=torch.bool)
+        is_bonus[batch.cu_num_drafts[1:].long() + torch.arange(case.num_requests, device="cuda")] = True
+        draft = batch.target_logits[~is_bonus].clone()
+        ids = torch.multinomial(torch.softmax(draft.float(), 1), 1).squeeze(1)
+        batch = dataclasses.replace(batch, draft_logits=draft, draft_token_ids=ids)
+    emitted = rejection_sample(batch, check_values=False).num_emitted.float().mean().item()
     call = lambda: rejection_sample(batch, check_values=False)  # noqa: E731
     bench_ms = triton.testing.do_bench(call, warmup=50, rep=500, return_mode="median")
     call()
@@ -301,6 +313,7 @@ def latency(case: Case, bandwidth: float) -> dict[str, float | str]:
     floor_bytes = read_rows * case.vocab_size * element
     return {
         "case": case.label,
+        "mean_emitted": emitted,
         "do_bench_median_us": bench_ms * 1e3,
         "cuda_graph_median_us": graph_ms * 1e3,
         "floor_bytes": floor_bytes,
@@ -368,6 +381,9 @@ def main(argv: list[str] | None = None) -> int:
         timings.append(latency(Case("probabilistic", "flat", "bf16", 128256, 64, 4), bandwidth))
         timings.append(latency(Case("probabilistic", "flat", "fp32", 128256, 1, 4), bandwidth))
         timings.append(latency(Case("probabilistic", "flat", "fp32", 262144, 256, 8), bandwidth))
+        # The same shapes with every probabilistic draft accepted: nothing to skip.
+        for method in ("probabilistic", "strict"):
+            timings.append(latency(Case(method, "flat", "fp32", 128256, 64, 4, accept_all=True), bandwidth))
         for t in timings:
             print(json.dumps(t))
         report["latency"] = timings
