@@ -624,7 +624,8 @@ def _finish_row(
     else:
         greedy_accept = real & (draft_id == token)
         if METHOD == STRICT:
-            sampled_accept = real & (token == draft_id)
+            # The row token of a sampled strict row is its target sample: the same comparison.
+            sampled_accept = greedy_accept
         else:
             log_q = tl.full([], 0.0, tl.float32)
             # The compile-time test stands apart so the branch is compiled only where drafts exist.
