@@ -116,3 +116,44 @@ def test_call_latency(
         warmup_rounds=5,
     )
     benchmark.extra_info.update(floor_info(case, bench_session.ceilings, benchmark.stats.stats.median))
+
+
+@pytest.mark.bench
+def test_graph_call_latency(
+    benchmark: Any, bench_session: BenchSession, call_latency_case: Case, variant_name: str
+) -> None:
+    """The same call captured once in a CUDA graph and replayed, L2 cold: the latency of a caller
+    that keeps its inputs in persistent buffers, as serving engines do for graph capture."""
+    if bench_session.grid == "gate":
+        pytest.skip("host-bound call latency is reported, not gated: its median moved 18 % between runs")
+    case = call_latency_case
+    variant, batch = prepare(bench_session, case, variant_name)
+    benchmark.group = f"graph-call-latency-{case.id}"
+    benchmark.extra_info.update(case_info(case, variant_name), measure="graph-replay")
+    if not benchmark.enabled:
+        check_output(benchmark.pedantic(variant, args=(batch,)), batch)
+        return
+    # Warm up (compile, fill the allocator) on a side stream, as graph capture requires.
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            variant(batch)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            output = variant(batch)
+    except RuntimeError as error:
+        pytest.skip(f"{variant_name} cannot be captured in a CUDA graph: {error}")
+    graph.replay()
+    torch.cuda.synchronize()
+    check_output(output, batch)
+    benchmark.pedantic(
+        ColdCallTimer.synchronised_call,
+        args=(graph.replay,),
+        setup=bench_session.timer.flush_and_wait,
+        rounds=CALL_LATENCY_ROUNDS,
+        warmup_rounds=5,
+    )
+    benchmark.extra_info.update(floor_info(case, bench_session.ceilings, benchmark.stats.stats.median))

@@ -11,7 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernels import registry
+from kernels import registry, rejection
 from kernels.agreement import coupled_agreement, hard_invariants
 from kernels.rejection import rejection_sample, vocab_layout
 from reference.contract import METHODS, RequestData, SpecBatch, SpecOutput, make_batch, split_output
@@ -117,7 +117,8 @@ def test_invariants_hold_and_only_near_ties_disagree_with_the_reference(batch: S
     agreement = coupled_agreement(batch, output)
     assert agreement.unexplained == []
     reference = reference_sample(batch)
-    assert agreement.mismatches == int((output.token_ids != reference.token_ids).any(dim=1).sum())
+    differ = output.token_ids.cpu() != reference.token_ids.cpu()
+    assert agreement.mismatches == int(differ.any(dim=1).sum())
 
 
 @given(batch=batches(max_requests=3, max_drafts=3), data=st.data())
@@ -294,3 +295,71 @@ def test_rows_past_two_to_the_31_elements(method: str) -> None:
     assert torch.equal(alone.token_ids, output.token_ids[tail])
     assert torch.equal(alone.num_emitted, output.num_emitted[tail])
     assert coupled_agreement(small, alone).unexplained == []
+
+
+def test_plan_key_tells_structures_apart() -> None:
+    """Batches of one structure share a cached plan; an input's alignment or a shape gives another one."""
+    rng = np.random.default_rng(7)
+    requests = [RequestData(rng.normal(size=(3, 40)), rng.integers(0, 40, 2), rng.normal(size=(2, 40)), 1.0)]
+    batch = make_batch(requests, device="cpu")
+    same = dataclasses.replace(batch, target_logits=batch.target_logits.clone() + 1.0, seed=batch.seed + 5)
+    wider = torch.zeros(batch.target_logits.shape[0], 41)
+    shifted = dataclasses.replace(batch, target_logits=wider[:, 1:])  # 4-byte aligned, not 16
+    key = rejection._plan_key(batch, 0, rejection._batch_tensors(batch))
+    assert rejection._plan_key(same, 0, rejection._batch_tensors(same)) == key
+    assert rejection._plan_key(shifted, 0, rejection._batch_tensors(shifted)) != key
+    assert rejection._plan_key(batch, 1, rejection._batch_tensors(batch)) != key
+    strict = dataclasses.replace(batch, method="strict")
+    assert rejection._plan_key(strict, 0, rejection._batch_tensors(strict)) != key
+
+
+@pytest.mark.parametrize("method", ["probabilistic", "synthetic"])
+def test_sampling_cut_into_parts_gives_the_same_tokens(method: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A small batch's sampling pass cut into more programs draws the same tokens (Gumbel-max is exact)."""
+    vocab_size, n = 4097, 2  # two splits of four 1024-token sampling tiles
+    rng = np.random.default_rng(11)
+    requests = [
+        RequestData(
+            rng.normal(size=(n + 1, vocab_size)) * 3,
+            rng.integers(0, vocab_size, n),
+            rng.normal(size=(n, vocab_size)) * 3,
+            temperature=1.0,
+            seed=seed,
+        )
+        for seed in range(16)
+    ]
+    batch = make_batch(requests, method=method, synthetic_rates=[0.3, 0.3], device=DEVICE)
+    plan = rejection.make_plan(batch)
+    assert plan.sample_splits == 2 * 4
+    cut, _ = rejection._compile_and_run(batch, plan)
+    monkeypatch.setattr(rejection, "SAMPLE_PROGRAMS", 0)
+    plan = rejection.make_plan(batch)
+    assert plan.sample_splits == 2
+    whole, _ = rejection._compile_and_run(batch, plan)
+    assert torch.equal(cut.token_ids, whole.token_ids)
+    assert torch.equal(cut.num_emitted, whole.num_emitted)
+    assert bool((cut.num_emitted <= n).any()), "no request rejected a draft: nothing was sampled"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(DEVICE != "cuda", reason=NO_GPU)
+@settings(max_examples=30)
+@given(batch=batches(max_requests=6, max_drafts=5, vocab_sizes=(33, 4097, 32000)), shift=st.floats(-3, 3))
+def test_cached_launches_match_triton_dispatch(batch: SpecBatch, shift: float) -> None:
+    """A call that reuses a cached plan, on new values and new buffers, equals a call through Triton's
+    dispatch bit for bit."""
+    rejection_sample(batch)  # caches the plan of this structure
+    changed = dataclasses.replace(
+        batch,
+        target_logits=batch.target_logits.clone() * 0.5 + shift,
+        seed=batch.seed + 1,
+        step=batch.step + 3,
+    )
+    key = rejection._plan_key(changed, torch.cuda.current_device(), rejection._batch_tensors(changed))
+    assert key in rejection._cache
+    cached = rejection_sample(changed)
+    dispatched, _ = rejection._compile_and_run(changed, rejection.make_plan(changed))
+    assert torch.equal(cached.token_ids, dispatched.token_ids)
+    assert torch.equal(cached.num_emitted, dispatched.num_emitted)
+    assert cached.logprobs is not None and dispatched.logprobs is not None
+    assert torch.equal(cached.logprobs.nan_to_num(nan=7.0), dispatched.logprobs.nan_to_num(nan=7.0))
