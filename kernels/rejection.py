@@ -7,6 +7,14 @@ prefix), and for probabilistic and synthetic batches `sample_kernel` and `emit_k
 (Gumbel-max over the one final row of each request). No call reads anything back to the host,
 except ``cu_num_drafts`` once when ``batch.max_num_drafts`` is not given.
 
+Everything a call launches except the buffers' addresses is a function of the batch's structure
+(`make_plan`). The first call of a structure launches through Triton's dispatch, which specialises
+the kernels on the arguments and compiles them; the launcher keeps the compiled kernels
+(`CachedLaunch`) under a key that determines every specialisation (`_plan_key`: shapes, strides,
+dtypes, the method, the current device, 16-byte alignment of each input) and launches them
+directly afterwards, which saves most of the host time of a small call. Under a launch hook (a
+profiler's) every call goes through Triton's dispatch, which calls the hook.
+
 Behaviour on odd values (the launcher checks them only when asked, see `rejection_sample`):
 
 - NaN logits count as ``-inf``; a row with ``+inf`` logits is uniform over them; a row with no

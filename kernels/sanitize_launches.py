@@ -1,0 +1,45 @@
+"""Calls of every method, layout and dtype, first through Triton's dispatch, then through the cached
+launch, for compute-sanitizer.
+
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool initcheck --show-backtrace no \\
+        --error-exitcode 9 python3 -m kernels.sanitize_launches
+
+The inputs come from `benchmarks.grid.make_inputs` (normal logits, argmax drafts, a permutation of
+slots), which runs no PyTorch kernel that initcheck flags, so the run needs no kernel filter: a
+filter that leaves out PyTorch's kernels also leaves out their writes (the counters' zero fill),
+and initcheck then reports the reads of those writes.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from benchmarks.grid import Case, make_inputs
+from kernels.rejection import rejection_sample
+
+CASES = (
+    Case("probabilistic", "fp32", "flat", 1.0, 4, 4, 32000),
+    Case("probabilistic", "bf16", "slotted", 1.0, 3, 2, 4097),
+    Case("strict", "fp32", "flat", 1.0, 4, 4, 32000),
+    Case("synthetic", "fp32", "flat", 1.0, 4, 4, 32000),
+    Case("probabilistic", "fp32", "flat", 0.0, 4, 4, 32000),
+    Case("probabilistic", "fp32", "flat", 1.0, 1, 4, 128256),
+)
+
+
+def main() -> int:
+    """Run each case twice (dispatched, then cached) and print the tokens emitted per request."""
+    for case in CASES:
+        batch = make_inputs(case, "cuda")
+        for _ in range(2):
+            output = rejection_sample(batch)
+        torch.cuda.synchronize()
+        print(case.id, output.num_emitted.tolist())
+    print("OK")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
