@@ -59,7 +59,8 @@ def host_times(case: Case, device: torch.device, timer: ColdCallTimer) -> list[t
 
     call()
     tensors = rejection._batch_tensors(batch)
-    plan, cached = rejection._cache[rejection._plan_key(batch, torch.cuda.current_device(), tensors)]
+    device_index = torch.cuda.current_device()
+    plan, cached = rejection._cache[rejection._plan_key(batch, device_index, tensors)]
     addresses = [tensor.data_ptr() for tensor in tensors]
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -74,7 +75,7 @@ def host_times(case: Case, device: torch.device, timer: ColdCallTimer) -> list[t
         ("SpecBatch.validate (structure only)", median_us(lambda: batch.validate(check_values=False))),
         ("structure key", median_us(lambda: rejection._plan_key(batch, 0, tensors))),
         ("cached launches with their allocations", median_us(
-            lambda: rejection._run_cached(batch, plan, cached, addresses))),
+            lambda: rejection._run_cached(batch, plan, cached, addresses, device_index))),
         ("whole call enqueued", median_us(call)),
         ("whole call and synchronisation", median_us(call, synchronise=True)),
         ("whole call and synchronisation, cold", cold_us(call, timer)),

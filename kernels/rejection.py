@@ -208,19 +208,19 @@ class Plan:
     def launches(self, buf: Buffers) -> list[Launch]:
         """``(kernel, grid, runtime arguments, constexpr arguments)`` of each launch, in order."""
         b, layout = self.num_requests, self.layout
-        ints = (self.num_target_rows, self.num_draft_ids, self.num_draft_rows, self.slot_capacity)
-        strides = (
+        counts = (self.num_target_rows, self.num_draft_ids, self.num_draft_rows, self.slot_capacity)
+        geometry = (
             self.target_stride, self.draft_stride, self.slot_stride, self.vocab_size, self.max_num_drafts,
         )  # fmt: skip
         stats_args = (
             buf.target, buf.draft, buf.draft_ids, buf.cu, buf.temperature, buf.seed, buf.step, buf.slot,
             buf.rates, buf.target_max, buf.target_sum, buf.target_arg, buf.draft_max, buf.draft_sum,
             buf.cand_logit, buf.cand_gumbel, buf.cand_token, buf.row_float, buf.row_int, buf.counter,
-            buf.stop_flag, *ints, self.num_rates, *strides, layout.num_splits,
+            buf.stop_flag, *counts, self.num_rates, *geometry, layout.num_splits,
         )  # fmt: skip
         decide_args = (
             buf.draft_ids, buf.cu, buf.temperature, buf.slot, buf.row_float, buf.row_int, buf.info_int,
-            buf.info_float, buf.token_ids, buf.logprobs, buf.num_emitted, *ints, *strides,
+            buf.info_float, buf.token_ids, buf.logprobs, buf.num_emitted, *counts, *geometry,
         )  # fmt: skip
         calls = [
             (jit.row_stats_kernel, (b * layout.num_splits, self.width, 1), stats_args, self.stats_meta),
@@ -385,7 +385,8 @@ class CachedLaunch:
         return cls(compiled.run, compiled.function, compiled.packed_metadata, constexprs)
 
 
-# Plans and their compiled launches by batch structure (`_plan_key`), for the calls after the first.
+# Plans and their compiled launches by batch structure (`_plan_key`), for the calls after the
+# first; the least recently used goes when there are more than `_CACHE_SIZE`.
 _CACHE_SIZE = 1024
 _cache: OrderedDict[tuple[Any, ...], tuple[Plan, list[CachedLaunch]]] = OrderedDict()
 
@@ -405,8 +406,11 @@ def _plan_key(batch: SpecBatch, device_index: int, tensors: tuple[torch.Tensor, 
     )  # fmt: skip
 
 
-def _run_cached(batch: SpecBatch, plan: Plan, cached: list[CachedLaunch], addresses: list[int]) -> SpecOutput:
-    """Launch ``plan``'s compiled kernels on ``batch`` with device addresses in place of tensors."""
+def _run_cached(
+    batch: SpecBatch, plan: Plan, cached: list[CachedLaunch], addresses: list[int], device_index: int
+) -> SpecOutput:
+    """Launch ``plan``'s compiled kernels on ``batch`` with device addresses in place of tensors, on
+    the current stream of ``device_index`` (the device Triton's dispatch would launch on)."""
     device = batch.device
     work = torch.empty(plan.work_words, dtype=torch.int32, device=device)
     zeroed = torch.zeros(sum(plan.zeroed_words), dtype=torch.int32, device=device)
@@ -417,7 +421,7 @@ def _run_cached(batch: SpecBatch, plan: Plan, cached: list[CachedLaunch], addres
         *addresses, *[base + 4 * offset for offset in plan.work_offsets], counter,
         counter + 4 * plan.zeroed_words[0], token_ids.data_ptr(), logprobs.data_ptr(), num_emitted.data_ptr(),
     )  # fmt: skip
-    stream = driver.active.get_current_stream(device.index)
+    stream = driver.active.get_current_stream(device_index)
     for (_, grid, args, _), launch in zip(plan.launches(buf), cached, strict=True):
         launch.run(
             grid[0], grid[1], grid[2], stream, launch.function, launch.packed_metadata, None, None, None,
@@ -460,7 +464,8 @@ def rejection_sample(batch: SpecBatch, *, check_values: bool | None = None) -> S
     if batch.device.type != "cuda":
         return _compile_and_run(batch, make_plan(batch))[0]
     tensors = _batch_tensors(batch)
-    key = _plan_key(batch, driver.active.get_current_device(), tensors)
+    device_index = driver.active.get_current_device()
+    key = _plan_key(batch, device_index, tensors)
     entry = _cache.get(key)
     if entry is None or _launch_hooks_set():
         plan = make_plan(batch)
@@ -469,8 +474,9 @@ def rejection_sample(batch: SpecBatch, *, check_values: bool | None = None) -> S
         if len(_cache) > _CACHE_SIZE:
             _cache.popitem(last=False)
         return output
+    _cache.move_to_end(key)
     plan, cached = entry
-    return _run_cached(batch, plan, cached, [tensor.data_ptr() for tensor in tensors])
+    return _run_cached(batch, plan, cached, [tensor.data_ptr() for tensor in tensors], device_index)
 
 
 class TritonRejectionSampler:
