@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from benchmarks.grid import CALL_LATENCY_CASE, Case, full_grid, make_inputs
-from benchmarks.timing import ColdCallTimer
+from benchmarks.timing import ColdCallTimer, capture_graph
 from kernels import rejection
 
 
@@ -62,15 +62,7 @@ def host_times(case: Case, device: torch.device, timer: ColdCallTimer) -> list[t
     device_index = torch.cuda.current_device()
     plan, cached = rejection._cache[rejection._plan_key(batch, device_index, tensors)]
     addresses = [tensor.data_ptr() for tensor in tensors]
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            call()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        call()
+    graph, _ = capture_graph(call)
     return [
         ("SpecBatch.validate (structure only)", median_us(lambda: batch.validate(check_values=False))),
         ("structure key", median_us(lambda: rejection._plan_key(batch, 0, tensors))),

@@ -10,7 +10,7 @@ import torch
 
 from benchmarks.grid import Case, min_bytes
 from benchmarks.session import BenchSession
-from benchmarks.timing import EVENT_CLOCK, Ceilings, ColdCallTimer, rounds_for
+from benchmarks.timing import EVENT_CLOCK, Ceilings, ColdCallTimer, capture_graph, rounds_for
 from reference.contract import SpecBatch, SpecOutput, Variant, validate_output
 
 CALL_LATENCY_ROUNDS = 200
@@ -137,16 +137,7 @@ def test_graph_call_latency(
     if not benchmark.enabled:
         check_output(benchmark.pedantic(variant, args=(batch,)), batch)
         return
-    # Warm up (compile, fill the allocator) on a side stream, as graph capture requires.
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            variant(batch)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        output = variant(batch)
+    graph, output = capture_graph(lambda: variant(batch))
     graph.replay()
     torch.cuda.synchronize()
     check_output(output, batch)

@@ -180,6 +180,21 @@ class Ceilings:
     read_bytes_per_s: float
 
 
+def capture_graph(fn: Callable[[], Any]) -> tuple[torch.cuda.CUDAGraph, Any]:
+    """A CUDA graph of ``fn()`` and the output its replays write, after three warm-up calls on a side
+    stream (compilation and the allocator's first blocks stay outside the capture, as it requires)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        output = fn()
+    return graph, output
+
+
 def _median_event_seconds(fn: Callable[[], Any], repeats: int) -> float:
     fn()
     torch.cuda.synchronize()
