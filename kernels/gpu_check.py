@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
+from benchmarks.timing import capture_graph
 from kernels.agreement import coupled_agreement, hard_invariants
 from kernels.rejection import rejection_sample
 from reference.contract import SpecBatch
@@ -296,15 +297,7 @@ def latency(case: Case, bandwidth: float) -> dict[str, float | str]:
     bench_ms = triton.testing.do_bench(call, warmup=50, rep=500, return_mode="median")
     call()
     torch.cuda.synchronize()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            call()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        call()
+    graph, _ = capture_graph(call)
     graph_ms = triton.testing.do_bench(graph.replay, warmup=50, rep=500, return_mode="median")
     element = torch.finfo(DTYPES[case.dtype]).bits // 8
     num_rows = batch.target_logits.shape[0]
