@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from reference.contract import SpecBatch
+from reference.methods import METHODS as METHOD_TABLE
 
 BATCH_SIZES = (1, 16, 64, 256)
 NUM_DRAFTS = (1, 4, 8)
@@ -31,7 +32,7 @@ VOCAB_SIZES = (32000, 128256, 151936, 262144)
 DTYPES = ("fp32", "bf16")
 LAYOUTS = ("flat", "slotted")
 TEMPERATURES = (1.0, 0.0)
-METHODS = ("probabilistic", "strict", "synthetic")
+METHODS = tuple(METHOD_TABLE)
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 # Target logits are N(0, LOGIT_SCALE^2): a few tokens carry most of the mass at T = 1, as in a
@@ -81,7 +82,7 @@ class Case:
     @property
     def needs_draft_logits(self) -> bool:
         """Whether the law depends on the draft logits: probabilistic sampling at ``T > 0``."""
-        return self.method == "probabilistic" and self.temperature > 0
+        return METHOD_TABLE[self.method].uses_draft_law and self.temperature > 0
 
     @property
     def logit_bytes(self) -> int:
@@ -104,7 +105,7 @@ def min_bytes(case: Case) -> int:
     small = 8 * b * n + 4 * (b + 1) + 4 * b + 8 * b + 8 * b
     if case.layout == "slotted":
         small += 8 * b
-    if case.method == "synthetic":
+    if METHOD_TABLE[case.method].takes_rates:
         small += 8 * n
     outputs = 8 * b * (n + 1) + 4 * b * (n + 1) + 4 * b
     return case.logit_bytes + small + outputs
@@ -207,7 +208,7 @@ def make_inputs(case: Case, device: torch.device | str, seed: int = 0) -> SpecBa
 def specialise(batch: SpecBatch, case: Case) -> SpecBatch:
     """``batch`` with the method, temperature and synthetic rates of ``case``, sharing its logits."""
     rates = None
-    if case.method == "synthetic":
+    if METHOD_TABLE[case.method].takes_rates:
         rates = torch.full((case.num_drafts,), SYNTHETIC_RATE, dtype=torch.float64, device=batch.device)
     return dataclasses.replace(
         batch,

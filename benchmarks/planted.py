@@ -26,7 +26,7 @@ class ExtraLogitPass:
     def __init__(self, variant: Variant) -> None:
         self.variant = variant
         self.name = variant.name
-        self.canonical_rng = variant.canonical_rng
+        self.streams = variant.streams
 
     def __call__(self, batch: SpecBatch) -> SpecOutput:
         """Read every logit once more, then run the wrapped variant."""

@@ -73,7 +73,7 @@ class EngineAdapter:
     """The adapter: `SpecBatch` in, engine call, `SpecOutput` out (flat or one-hot drafts)."""
 
     name = "engine-adapter"
-    canonical_rng = False
+    streams = None
 
     def __call__(self, batch: SpecBatch) -> SpecOutput:
         """Sample ``batch`` with the engine's sampler."""

@@ -27,28 +27,11 @@ from hypothesis.database import (
 
 from fuzz.reproducer import Reproducer, versions
 from fuzz.targeted import targeted_batches
-from properties import strategies
+from properties import profiles, strategies
 from properties.batching import replicate
 from properties.checks import CHECKS, Verdict, discrepancy, run_checks
-from reference.contract import SpecBatch, Variant
-
-
-@dataclass(frozen=True)
-class Budget:
-    """How hard a profile works: samples per check, alpha per assertion, examples per search round."""
-
-    num_samples: int
-    alpha: float
-    examples_per_round: int
-    seconds: float
-
-
-PROFILES: dict[str, Budget] = {
-    "ci": Budget(num_samples=2000, alpha=1e-6, examples_per_round=4, seconds=60.0),
-    "dev": Budget(num_samples=4000, alpha=1e-6, examples_per_round=25, seconds=300.0),
-    "gpu": Budget(num_samples=20000, alpha=1e-6, examples_per_round=50, seconds=600.0),
-    "nightly": Budget(num_samples=100000, alpha=1e-6, examples_per_round=200, seconds=3600.0),
-}
+from properties.profiles import Profile
+from reference.contract import METHODS, SpecBatch, Variant
 
 
 @dataclass
@@ -165,14 +148,14 @@ def run_campaign(
     variant: Variant,
     spec: str,
     *,
-    methods: tuple[str, ...] = ("probabilistic", "strict", "synthetic"),
+    methods: tuple[str, ...] | None = None,
     profile: str = "ci",
     seconds: float | None = None,
     rounds: int | None = None,
     num_samples: int | None = None,
     seed: int = 0,
     corpus: Path | None = None,
-    checks: Sequence[str] = CHECKS,
+    checks: Sequence[str] = tuple(CHECKS),
     targeted: bool = True,
     search: bool = True,
     shrink: bool = True,
@@ -181,11 +164,12 @@ def run_campaign(
     progress: bool = True,
 ) -> CampaignResult:
     """Fuzz ``variant`` until a check fails, the time budget runs out, or ``rounds`` search rounds ran."""
-    budget = PROFILES[profile]
+    methods = methods or METHODS
+    budget = profiles.get(profile)
     if num_samples is not None:
         budget = replace(budget, num_samples=num_samples)
     start = time.monotonic()
-    deadline = start + (budget.seconds if seconds is None else seconds)
+    deadline = start + (budget.fuzz_seconds if seconds is None else seconds)
     result = CampaignResult(variant=spec)
     reporter = _Progress(result, deadline, progress)
 
@@ -247,7 +231,7 @@ def _search_round(
     probe: Callable[[str, SpecBatch, int], Verdict | None],
     methods: tuple[str, ...],
     profile: str,
-    budget: Budget,
+    budget: Profile,
     round_seed: int,
     deadline: float,
     shrink: bool,
@@ -260,7 +244,7 @@ def _search_round(
 
     @hypothesis_seed(round_seed)
     @settings(
-        max_examples=budget.examples_per_round,
+        max_examples=budget.fuzz_examples_per_round,
         deadline=None,
         database=database,
         phases=phases,

@@ -13,11 +13,12 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from fuzz.campaign import PROFILES, CampaignResult, affordable_samples, on_device, run_campaign, say
+from fuzz.campaign import CampaignResult, affordable_samples, on_device, run_campaign, say
 from fuzz.reproducer import versions
 from fuzz.selftest import SelfTestRecord, run_mutants, table
 from fuzz.spec import load_variant
 from fuzz.targeted import targeted_batches
+from properties import profiles
 from properties.checks import CHECKS, Verdict, run_checks
 
 DEFAULT_VARIANTS = ("reference", "triton", "torch")
@@ -45,7 +46,7 @@ def summarise(verdicts: list[Verdict]) -> list[CheckSummary]:
         if not mine:
             continue
         pvalues = [v.pvalue for v in mine if v.pvalue is not None]
-        detectable = [v.detectable for v in mine if v.detectable is not None]
+        detectable = [v.detectable.value for v in mine if v.detectable is not None]
         failed = [v for v in mine if not v.passed]
         summaries.append(
             CheckSummary(
@@ -86,7 +87,7 @@ def certify_variant(
     CPU interpreter) gets fewer trials; the report's detectable deviations say what that costs.
     """
     variant = load_variant(spec)
-    budget = PROFILES[profile]
+    budget = profiles.get(profile)
     batches = targeted_batches()
     num_samples = affordable_samples(
         variant, [b for _, b in batches], budget.num_samples, check_seconds, device
@@ -121,7 +122,7 @@ def markdown(
     reports: list[VariantReport], mutants: list[SelfTestRecord], profile: str, seconds: float
 ) -> str:
     """The report as Markdown."""
-    budget = PROFILES[profile]
+    budget = profiles.get(profile)
     ok = all(r.passed for r in reports) and all(m.killed for m in mutants)
     lines = [
         f"# Certification: {'PASSED' if ok else 'FAILED'}",

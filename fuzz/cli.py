@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 EXIT_PASSED, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-METHODS = ("probabilistic", "strict", "synthetic")
 DEFAULT_CORPUS = Path("fuzz-corpus-local")
 
 
@@ -36,6 +35,8 @@ def _check_device(device: str) -> str:
 
 
 def _methods(value: str) -> tuple[str, ...]:
+    from reference.contract import METHODS
+
     methods = tuple(m.strip() for m in value.split(",") if m.strip())
     unknown = [m for m in methods if m not in METHODS]
     if unknown or not methods:
@@ -46,7 +47,7 @@ def _methods(value: str) -> tuple[str, ...]:
 
 
 def _profiles() -> list[str]:
-    from fuzz.campaign import PROFILES
+    from properties.profiles import PROFILES
 
     return list(PROFILES)
 
@@ -106,8 +107,6 @@ def _run_workers(args: argparse.Namespace) -> int:
             "run",
             "--variant",
             args.variant,
-            "--methods",
-            ",".join(args.methods),
             "--profile",
             args.profile,
             "--seed",
@@ -120,6 +119,7 @@ def _run_workers(args: argparse.Namespace) -> int:
             "1",
         ]
         command += ["--budget", str(args.budget)] if args.budget is not None else []
+        command += ["--methods", ",".join(args.methods)] if args.methods else []
         command += [arg for shared in args.shared_database for arg in ("--shared-database", str(shared))]
         command += ["--no-shrink"] if args.no_shrink else []
         command += ["--blind"] if args.blind else []
@@ -152,7 +152,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         reproducer = load_reproducer(path)
         spec = args.variant or reproducer.variant
         variant = load_variant(spec)
-        checks = CHECKS if args.all_checks else (reproducer.check,)
+        checks = tuple(CHECKS) if args.all_checks else (reproducer.check,)
         verdicts = run_checks(
             variant,
             on_device(reproducer.batch, device),
@@ -175,13 +175,11 @@ def cmd_list(args: argparse.Namespace) -> int:
     from kernels import registry
 
     print("variants:")
-    print("  reference        the float64 reference sampler (canonical streams)")
-    print(
-        "  canonical-torch  fuzz.mutants.base:CanonicalSampler, the host of the mutants (canonical streams)"
-    )
+    print("  reference        the float64 reference sampler (scheme canonical-v1)")
+    print("  walk             reference.walk:WalkSampler, the vectorised walk and host of the mutants")
     for name in registry.names():
-        variant = registry.get(name)
-        print(f"  {name:<16} {'canonical streams' if variant.canonical_rng else 'its own RNG'}")
+        streams = registry.get(name).streams
+        print(f"  {name:<16} {'its own RNG' if streams is None else f'scheme {streams.name}'}")
     print("mutants:")
     for mutant in MUTANTS.values():
         tier = " (GPU tier)" if mutant.gpu_only else ""
@@ -260,7 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
         required=True,
         help="package.module:NAME, path/to/file.py:NAME, a registered name, or a mutant id",
     )
-    run.add_argument("--methods", type=_methods, default=METHODS, help="comma list (default: all three)")
+    run.add_argument("--methods", type=_methods, help="comma list (default: every method)")
     run.add_argument("--budget", type=float, help="seconds (default: the profile's)")
     run.add_argument("--seed", type=int, default=0, help="seed of the search (default: 0)")
     run.add_argument(

@@ -1,6 +1,6 @@
 """The harness self-test: every planted mutant dies, every correct variant survives the same campaign.
 
-Mutants run blind: they are presented as foreign variants (``canonical_rng = False``), so the
+Mutants run blind: they are presented as foreign variants (``streams = None``), so the
 coupled check is off and the invariants and statistical checks must do the killing on their own.
 Each campaign is the targeted cases plus a fixed number of Hypothesis rounds, so mutants and correct
 variants face the same cases.
@@ -17,9 +17,9 @@ from reference.contract import SpecBatch, SpecOutput, Variant
 
 
 class Blind:
-    """A variant presented as foreign: the same sampler with ``canonical_rng = False``."""
+    """A variant presented as foreign: the same sampler with ``streams = None``."""
 
-    canonical_rng = False
+    streams = None
 
     def __init__(self, inner: Variant) -> None:
         self.inner = inner

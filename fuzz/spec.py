@@ -1,7 +1,7 @@
 """Resolve a variant spec to a `Variant`.
 
 A spec is one of:
-- a registered name: ``reference``, a name from `kernels.registry` (``triton``, ``torch``), or a
+- a registered name: ``reference``, ``walk``, a name from `kernels.registry` (``triton``, ``torch``), or a
   planted mutant id (``M01`` ... ``M22``);
 - ``package.module:NAME`` or ``path/to/file.py:NAME``, where ``NAME`` is a `Variant`, a class whose
   instances are variants, or a zero-argument factory returning one.
@@ -55,7 +55,7 @@ def as_variant(obj: object, spec: str) -> Variant:
             return made
     raise SpecError(
         f"variant spec {spec!r} resolves to {type(obj).__name__}; expected a Variant (a callable with "
-        "`name` and `canonical_rng`) or a zero-argument factory returning one"
+        "`name` and `streams`) or a zero-argument factory returning one"
     )
 
 
@@ -67,6 +67,10 @@ def load_variant(spec: str) -> Variant:
         from reference.sampler import ReferenceSampler
 
         return ReferenceSampler()
+    if spec == "walk":
+        from reference.walk import WalkSampler
+
+        return WalkSampler()
     if spec.upper() in MUTANTS:
         return MUTANTS[spec.upper()].load()
     if ":" not in spec:
@@ -74,7 +78,7 @@ def load_variant(spec: str) -> Variant:
 
         if spec in registry.names():
             return registry.get(spec)
-        known = ", ".join(["reference", *registry.names(), *MUTANTS])
+        known = ", ".join(["reference", "walk", *registry.names(), *MUTANTS])
         raise SpecError(
             f"variant spec {spec!r} is neither MODULE:NAME, FILE.py:NAME nor a known name ({known})"
         )

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from reference.contract import Method, RequestData, SpecBatch, make_batch
+from reference.methods import METHODS
 
 VOCAB = 20  # past one 16-lane tile: the tail tile holds tokens 16..19
 
@@ -22,7 +23,7 @@ class TargetedCase:
 
     name: str
     exposes: str
-    build: Callable[[], SpecBatch]
+    build: Callable[[Method], SpecBatch]
 
 
 def _rows(rng: np.random.Generator, count: int, scale: float = 1.5) -> np.ndarray:
@@ -48,7 +49,7 @@ def _verification(method: Method) -> SpecBatch:
     )
 
 
-def _zero_mass_drafts() -> SpecBatch:
+def _zero_mass_drafts(method: Method) -> SpecBatch:
     """Drafts of probability 0 under both p and q, and an empty residual with token 0 masked."""
     rng = np.random.default_rng(2)
     masked = _rows(rng, 2)
@@ -60,11 +61,12 @@ def _zero_mass_drafts() -> SpecBatch:
             RequestData(masked, [5], masked[:1], temperature=1.0, seed=21),
             # p == q and the draft is masked: rejected with an empty residual, so y ~ p, never token 0 (M19).
             RequestData(same, [5], same[:1].copy(), temperature=1.0, seed=22),
-        ]
+        ],
+        method=method,
     )
 
 
-def _greedy_and_slots() -> SpecBatch:
+def _greedy_and_slots(method: Method) -> SpecBatch:
     """Greedy requests with tied maxima beside sampled ones, drafts read through permuted slots."""
     rng = np.random.default_rng(3)
     tied = np.round(_rows(rng, 3, scale=0.8))
@@ -82,6 +84,7 @@ def _greedy_and_slots() -> SpecBatch:
         slots=[3, 0, 1],
         num_slots=4,
         slot_capacity=3,
+        method=method,
     )
 
 
@@ -95,26 +98,35 @@ def _synthetic() -> SpecBatch:
     )
 
 
-def _nan_rows() -> SpecBatch:
+def _nan_rows(method: Method) -> SpecBatch:
     """A target row that is all NaN and one with NaN entries: NaN counts as -inf."""
     rng = np.random.default_rng(5)
     target = _rows(rng, 3)
     target[1, :] = np.nan
     target[2, ::3] = np.nan
-    return make_batch([RequestData(target, [int(np.argmax(target[0])), 7], _rows(rng, 2), seed=51)])
+    return make_batch(
+        [RequestData(target, [int(np.argmax(target[0])), 7], _rows(rng, 2), seed=51)], method=method
+    )
 
 
-TARGETED_CASES: tuple[TargetedCase, ...] = (
-    TargetedCase("probabilistic", "M02-M06 M08-M13 M16 M20", lambda: _verification("probabilistic")),
-    TargetedCase("strict", "M07 M08 M16 on the strict path", lambda: _verification("strict")),
-    TargetedCase("zero-mass drafts", "M01 M19", _zero_mass_drafts),
-    TargetedCase("greedy and slots", "M14 M15 M18", _greedy_and_slots),
-    TargetedCase("synthetic", "M22", _synthetic),
-    TargetedCase("nan rows", "M17", _nan_rows),
-)
+# The shapes, each built for every method whose row in `reference.methods.METHODS` names it.
+SHAPES: dict[str, TargetedCase] = {
+    case.name: case
+    for case in (
+        TargetedCase("verification", "M02-M13 M16 M20 M21", _verification),
+        TargetedCase("zero-mass drafts", "M01 M19", _zero_mass_drafts),
+        TargetedCase("greedy and slots", "M14 M15 M18", _greedy_and_slots),
+        TargetedCase("synthetic", "M22", lambda method: _synthetic()),
+        TargetedCase("nan rows", "M17", _nan_rows),
+    )
+}
 
 
 def targeted_batches(methods: tuple[str, ...] | None = None) -> list[tuple[str, SpecBatch]]:
-    """The targeted batches, restricted to ``methods`` when given."""
-    cases = [(case.name, case.build()) for case in TARGETED_CASES]
-    return [(name, batch) for name, batch in cases if methods is None or batch.method in methods]
+    """The targeted batches of every shape, for each method (of ``methods``, when given) that names it."""
+    return [
+        (f"{method}: {shape}", case.build(method))
+        for shape, case in SHAPES.items()
+        for method, rules in METHODS.items()
+        if shape in rules.targeted and (methods is None or method in methods)
+    ]

@@ -8,12 +8,15 @@ prefix), and for probabilistic and synthetic batches `sample_kernel` and `emit_k
 except ``cu_num_drafts`` once when ``batch.max_num_drafts`` is not given.
 
 Everything a call launches except the buffers' addresses is a function of the batch's structure
-(`make_plan`). The first call of a structure launches through Triton's dispatch, which specialises
-the kernels on the arguments and compiles them; the launcher keeps the compiled kernels
-(`CachedLaunch`) under a key that determines every specialisation (`_plan_key`: shapes, strides,
-dtypes, the method, the current device, 16-byte alignment of each input) and launches them
-directly afterwards, which saves most of the host time of a small call. Under a launch hook (a
-profiler's) every call goes through Triton's dispatch, which calls the hook.
+(`make_plan`): each launch's arguments by the kernel's parameter names (`kernels.launch.Launch`),
+and a per-plan geometry record on the device with the counts that bound reads and where the
+records of the call's one workspace lie. The first call of a structure launches through Triton's
+dispatch, which specialises the kernels on the arguments and compiles them; on the Triton releases
+that `kernels.launch` supports, the launcher keeps the plan and the compiled kernels under a key
+that determines every specialisation (`_plan_key`: shapes, strides, dtypes, the method, the
+current device, 16-byte alignment of each input) and launches them directly afterwards, which
+saves most of the host time of a small call. Under a launch hook (a profiler's), on another
+Triton release, or with ``SPECSAMPLE_DIRECT_LAUNCH=0``, every call goes through Triton's dispatch.
 
 Behaviour on odd values (the launcher checks them only when asked, see `rejection_sample`):
 
@@ -37,20 +40,19 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import torch
-from triton import knobs
-from triton.runtime import driver
 
+from kernels import launch
 from kernels import rejection_kernels as jit
 from reference.contract import SpecBatch, SpecOutput
+from reference.methods import METHODS
+from reference.schemes import CANONICAL
 
 CHECK_VALUES_ENV = "SPECSAMPLE_CHECK_VALUES"
-METHOD_CODES = {"probabilistic": 0, "strict": 1, "synthetic": 2}
 # A split is at most 32 per row, of 4096 tokens or a multiple. Each kernel walks it in its own
 # tiles (sizes from a block-size sweep on an H200, kernels/RESULTS.md): the memory-bound statistics
 # pass in 2048-token tiles with 4 warps; the Gumbel passes, bound by Philox and log arithmetic, in
@@ -116,58 +118,38 @@ def _aligned(size: int) -> int:
     return (size + 3) // 4 * 4
 
 
-# The records of one call, in the order they are laid out in its workspaces: name and dtype.
-# Every record starts 16-byte aligned, so the kernels' pointer specialisation does not depend on
-# the batch; only the split counters and the rejection flags must start at zero.
-WORK_RECORDS = (
-    ("target_max", torch.float32), ("target_sum", torch.float32), ("draft_max", torch.float32),
-    ("draft_sum", torch.float32), ("cand_logit", torch.float32), ("cand_gumbel", torch.float32),
-    ("row_float", torch.float32), ("info_float", torch.float32), ("res_key", torch.float32),
-    ("res_mass", torch.float32), ("info_int", torch.int64), ("target_arg", torch.int32),
-    ("cand_token", torch.int32), ("res_token", torch.int32), ("row_int", torch.int32),
-)  # fmt: skip
-ZEROED_RECORDS = ("counter", "stop_flag")
+@dataclass(frozen=True)
+class WorkRecord:
+    """A record of a call's workspace after the split records.
 
-
-class Buffers(NamedTuple):
-    """Every buffer the kernels of one call address.
-
-    Tensors on the call that compiles a `Plan` (Triton specialises on them); their device
-    addresses as ints on the calls that reuse it.
+    Attributes:
+        parameter: the kernel parameter that takes the record as its own pointer (a view of the
+            workspace), if any.
+        field: its ``WORK_*`` field in the geometry record, if row_stats_kernel reads it there.
+        dtype: the record's element type.
+        offset: its first word; a multiple of 4 (16 bytes).
     """
 
-    target: Any
-    draft: Any
-    draft_ids: Any
-    cu: Any
-    temperature: Any
-    seed: Any
-    step: Any
-    slot: Any
-    rates: Any
-    target_max: Any
-    target_sum: Any
-    draft_max: Any
-    draft_sum: Any
-    cand_logit: Any
-    cand_gumbel: Any
-    row_float: Any
-    info_float: Any
-    res_key: Any
-    res_mass: Any
-    info_int: Any
-    target_arg: Any
-    cand_token: Any
-    res_token: Any
-    row_int: Any
-    counter: Any
-    stop_flag: Any
-    token_ids: Any
-    logprobs: Any
-    num_emitted: Any
+    parameter: str | None
+    field: int | None
+    dtype: torch.dtype
+    offset: int
 
 
-Launch = tuple[Any, tuple[int, int, int], tuple[Any, ...], dict[str, Any]]
+# The buffers of one call by kernel parameter name: the batch's tensors (in the order of
+# `_batch_tensors`), the workspace, the plan's geometry record, the workspace records that kernels
+# take as their own pointers, and the outputs (in the order of `_outputs`). Each kernel takes the
+# ones its parameters name.
+INPUT_BUFFERS = (
+    "target_ptr", "draft_ptr", "draft_ids_ptr", "cu_ptr", "temperature_ptr", "seed_ptr", "step_ptr",
+    "draft_slot_ptr", "rates_ptr",
+)  # fmt: skip
+RECORD_BUFFERS = (
+    "row_float_ptr", "row_int_ptr", "info_float_ptr", "info_int_ptr", "res_key_ptr", "res_mass_ptr",
+    "res_token_ptr",
+)  # fmt: skip
+OUTPUT_BUFFERS = ("token_ids_ptr", "logprobs_ptr", "num_emitted_ptr")
+CALL_BUFFERS = frozenset({*INPUT_BUFFERS, "work_ptr", "geometry_ptr", *RECORD_BUFFERS, *OUTPUT_BUFFERS})
 
 
 @dataclass(frozen=True)
@@ -176,69 +158,77 @@ class Plan:
     structure (method, shapes, strides, dtypes), not of its values.
 
     Attributes:
-        work_offsets: offset of each record of `WORK_RECORDS` in the workspace, in 4-byte words.
-        work_words: the workspace's size in 4-byte words.
-        zeroed_words: the sizes of the `ZEROED_RECORDS` in 4-byte words.
+        work_words: the size of a call's int32 workspace in 4-byte words.
+        zeroed: the words of the workspace that must be zero at launch: the split counters and
+            the rejection flags.
+        records: the workspace records that kernels take as their own pointers.
+        geometry: ``[GEOMETRY_FIELDS]`` int64 on the batch's device, made once per plan: the counts
+            that bound reads and the offsets of the records row_stats_kernel reads through it
+            (`_workspace_layout`).
         sample_splits: programs of the sampling pass per request (`SAMPLE_PROGRAMS`).
+        launches: the kernel launches, in order, with the call's buffers left open.
     """
 
-    method: str
     num_requests: int
     width: int
-    max_num_drafts: int
-    vocab_size: int
-    layout: VocabLayout
-    work_offsets: tuple[int, ...]
     work_words: int
-    zeroed_words: tuple[int, int]
-    num_target_rows: int
-    num_draft_ids: int
-    num_draft_rows: int
-    slot_capacity: int
-    num_rates: int
-    target_stride: int
-    draft_stride: int
-    slot_stride: int
+    zeroed: slice
+    records: tuple[WorkRecord, ...]
+    geometry: torch.Tensor
     sample_splits: int
-    stats_meta: dict[str, Any]
-    decide_meta: dict[str, Any]
-    sample_meta: dict[str, Any]
-    emit_meta: dict[str, Any]
+    launches: tuple[launch.Launch, ...]
 
-    def launches(self, buf: Buffers) -> list[Launch]:
-        """``(kernel, grid, runtime arguments, constexpr arguments)`` of each launch, in order."""
-        b, layout = self.num_requests, self.layout
-        counts = (self.num_target_rows, self.num_draft_ids, self.num_draft_rows, self.slot_capacity)
-        geometry = (
-            self.target_stride, self.draft_stride, self.slot_stride, self.vocab_size, self.max_num_drafts,
-        )  # fmt: skip
-        stats_args = (
-            buf.target, buf.draft, buf.draft_ids, buf.cu, buf.temperature, buf.seed, buf.step, buf.slot,
-            buf.rates, buf.target_max, buf.target_sum, buf.target_arg, buf.draft_max, buf.draft_sum,
-            buf.cand_logit, buf.cand_gumbel, buf.cand_token, buf.row_float, buf.row_int, buf.counter,
-            buf.stop_flag, *counts, self.num_rates, *geometry, layout.num_splits,
-        )  # fmt: skip
-        decide_args = (
-            buf.draft_ids, buf.cu, buf.temperature, buf.slot, buf.row_float, buf.row_int, buf.info_int,
-            buf.info_float, buf.token_ids, buf.logprobs, buf.num_emitted, *counts, *geometry,
-        )  # fmt: skip
-        calls = [
-            (jit.row_stats_kernel, (b * layout.num_splits, self.width, 1), stats_args, self.stats_meta),
-            (jit.decide_kernel, (b, 1, 1), decide_args, self.decide_meta),
-        ]
-        if self.method != "strict":
-            sample_args = (
-                buf.target, buf.draft, buf.temperature, buf.seed, buf.step, buf.info_int, buf.info_float,
-                buf.res_key, buf.res_token, buf.res_mass, self.vocab_size, self.sample_splits,
-            )  # fmt: skip
-            emit_args = (
-                buf.target, buf.temperature, buf.seed, buf.step, buf.info_int, buf.info_float, buf.res_key,
-                buf.res_token, buf.res_mass, buf.token_ids, buf.logprobs, self.vocab_size,
-                self.max_num_drafts, self.sample_splits,
-            )  # fmt: skip
-            calls.append((jit.sample_kernel, (b, self.sample_splits, 1), sample_args, self.sample_meta))
-            calls.append((jit.emit_kernel, (b, 1, 1), emit_args, self.emit_meta))
-        return calls
+
+def _workspace_layout(
+    num_requests: int, width: int, num_splits: int, sample_splits: int
+) -> tuple[tuple[WorkRecord, ...], int, slice]:
+    """Where each record of a call's workspace lies.
+
+    The workspace starts with the ``SPLIT_RECORDS`` split records of row_stats_kernel, one word per
+    program each, where `rejection_kernels._split_record` finds them from the kernel's grid. The
+    other records follow, the two zero-initialised ones first. row_stats_kernel finds the records
+    it needs through the geometry record (it has no parameter to spare); the other kernels take
+    theirs as pointers, so their first loads wait for no other.
+
+    Returns:
+        The records after the split records, the workspace's size in 4-byte words, and its
+        zero-initialised words.
+    """
+    num_rows = num_requests * width
+    sample_records = num_requests * sample_splits
+    layout = (
+        (None, jit.WORK_COUNTER, torch.int32, num_rows),
+        (None, jit.WORK_STOP_FLAG, torch.int32, num_requests),
+        ("row_float_ptr", jit.WORK_ROW_FLOAT, torch.float32, num_rows * jit.ROW_FLOATS.value),
+        ("row_int_ptr", jit.WORK_ROW_INT, torch.int32, num_rows * jit.ROW_INTS.value),
+        ("info_float_ptr", None, torch.float32, num_requests * jit.INFO_FLOATS.value),
+        ("info_int_ptr", None, torch.int64, num_requests * jit.INFO_INTS.value),
+        ("res_key_ptr", None, torch.float32, sample_records),
+        ("res_mass_ptr", None, torch.float32, sample_records),
+        ("res_token_ptr", None, torch.int32, sample_records),
+    )
+    records = []
+    words = jit.SPLIT_RECORDS.value * _aligned(num_rows * num_splits)
+    for parameter, field, dtype, size in layout:
+        records.append(WorkRecord(parameter, None if field is None else field.value, dtype, words))
+        words += _aligned(size * dtype.itemsize // 4)
+    zeroed = slice(records[0].offset, records[2].offset)
+    return tuple(records), words, zeroed
+
+
+def _geometry(fields: dict[int, int], device: torch.device) -> torch.Tensor:
+    """The geometry record holding ``fields`` (value by ``GEO_*`` or ``WORK_*`` index) on ``device``.
+
+    On a GPU the copy is asynchronous (from pinned memory, on the current stream), so making a plan
+    never waits for the GPU.
+    """
+    size = jit.GEOMETRY_FIELDS.value
+    if sorted(fields) != list(range(size)):
+        raise RuntimeError(f"the geometry record has fields {sorted(fields)}; expected 0 to {size - 1}")
+    values = torch.tensor([fields[index] for index in range(size)], dtype=torch.int64)
+    if device.type == "cuda":
+        return values.pin_memory().to(device, non_blocking=True)
+    return values.to(device)
 
 
 def make_plan(batch: SpecBatch) -> Plan:
@@ -248,29 +238,18 @@ def make_plan(batch: SpecBatch) -> Plan:
     width = max_num_drafts + 1
     layout = vocab_layout(vocab_size)
     num_splits = layout.num_splits
-    method = METHOD_CODES[batch.method]
+    rules = METHODS[batch.method]
+    method = rules.kernel_code
     draft = batch.draft_logits
-    strict = batch.method == "strict"
+    # Strict rows draw their target sample in the statistics pass, in tiles of their own.
+    strict = rules.decides_by_sampling
 
-    num_records = num_requests * width * num_splits
-    num_rows = num_requests * width
-    draft_records = num_records if batch.method == "probabilistic" and draft is not None else 1
-    strict_records = num_records if strict else 1
     sample_block, sample_tiles = layout.tiles(SAMPLE_BLOCK_V)
     parts = 1
     while sample_tiles % (2 * parts) == 0 and num_requests * num_splits * 2 * parts <= SAMPLE_PROGRAMS:
         parts *= 2
     sample_splits = num_splits * parts
-    sample_records = num_requests * sample_splits
-    record_words = (
-        num_records, num_records, draft_records, draft_records, strict_records, strict_records,
-        num_rows * jit.ROW_FLOATS.value, num_requests * jit.INFO_FLOATS.value, sample_records,
-        sample_records, 2 * num_requests * jit.INFO_INTS.value, num_records, strict_records,
-        sample_records, num_rows * jit.ROW_INTS.value,
-    )  # fmt: skip
-    offsets = [0]
-    for words in record_words:
-        offsets.append(offsets[-1] + _aligned(words))
+    records, work_words, zeroed = _workspace_layout(num_requests, width, num_splits, sample_splits)
 
     if draft is None:
         num_draft_rows, slot_capacity, draft_stride, slot_stride = 0, 0, 0, 0
@@ -280,52 +259,95 @@ def make_plan(batch: SpecBatch) -> Plan:
     else:
         num_draft_rows, slot_capacity, draft_stride, slot_stride = draft.shape[0], 0, draft.stride(0), 0
     rates = batch.synthetic_rates
-    num_rates = rates.shape[0] if rates is not None and batch.method == "synthetic" else 0
+    num_rates = rates.shape[0] if rates is not None and rules.takes_rates else 0
+    counts = {
+        jit.GEO_NUM_TARGET_ROWS.value: batch.target_logits.shape[0],
+        jit.GEO_NUM_DRAFT_IDS.value: batch.draft_token_ids.shape[0],
+        jit.GEO_NUM_DRAFT_ROWS.value: num_draft_rows,
+        jit.GEO_SLOT_CAPACITY.value: slot_capacity,
+        jit.GEO_NUM_RATES.value: num_rates,
+    }
+
     shared = dict(METHOD=method, HAS_DRAFT=draft is not None, SLOTTED=batch.slotted)
+    strides = dict(
+        target_stride=batch.target_logits.stride(0), draft_stride=draft_stride, slot_stride=slot_stride,
+        vocab_size=vocab_size,
+    )  # fmt: skip
     stats_block, stats_tiles = layout.tiles(STRICT_BLOCK_V if strict else STATS_BLOCK_V)
     pos_block = min(MAX_POS_BLOCK, _next_power_of_2(max(max_num_drafts, 1)))
-    stats_meta = dict(
-        TILES_PER_SPLIT=stats_tiles, BLOCK_V=stats_block, SPLIT_BLOCK=layout.split_block,
-        POS_BLOCK=pos_block, num_warps=STRICT_WARPS if strict else STATS_WARPS, **shared,
-    )  # fmt: skip
+    stats_options: dict[str, Any] = dict(num_warps=STRICT_WARPS if strict else STATS_WARPS)
     if batch.device.type == "cuda":
-        stats_meta["maxnreg"] = STATS_MAX_REGISTERS[method]
+        stats_options["maxnreg"] = STATS_MAX_REGISTERS[method]
+    launches = [
+        launch.Launch.of(
+            jit.row_stats_kernel, (num_requests * num_splits, width, 1),
+            values=dict(
+                **strides, max_num_drafts=max_num_drafts, num_splits=num_splits, TILES_PER_SPLIT=stats_tiles,
+                BLOCK_V=stats_block, SPLIT_BLOCK=layout.split_block, POS_BLOCK=pos_block, **shared,
+            ),
+            options=stats_options, buffers=CALL_BUFFERS,
+        ),
+        launch.Launch.of(
+            jit.decide_kernel, (num_requests, 1, 1),
+            values=dict(**strides, max_num_drafts=max_num_drafts, POS_BLOCK=pos_block, **shared),
+            options=dict(num_warps=4), buffers=CALL_BUFFERS,
+        ),
+    ]  # fmt: skip
+    if not strict:
+        launches += [
+            launch.Launch.of(
+                jit.sample_kernel, (num_requests, sample_splits, 1),
+                values=dict(
+                    vocab_size=vocab_size, num_splits=sample_splits, TILES_PER_SPLIT=sample_tiles // parts,
+                    BLOCK_V=sample_block,
+                ),
+                options=dict(num_warps=SAMPLE_WARPS), buffers=CALL_BUFFERS,
+            ),
+            launch.Launch.of(
+                jit.emit_kernel, (num_requests, 1, 1),
+                values=dict(
+                    vocab_size=vocab_size, max_num_drafts=max_num_drafts, num_splits=sample_splits,
+                    SPLIT_BLOCK=_next_power_of_2(sample_splits), BLOCK_V=sample_block,
+                ),
+                options=dict(num_warps=4), buffers=CALL_BUFFERS,
+            ),
+        ]  # fmt: skip
+    offsets = {record.field: record.offset for record in records if record.field is not None}
     return Plan(
-        method=batch.method,
         num_requests=num_requests,
         width=width,
-        max_num_drafts=max_num_drafts,
-        vocab_size=vocab_size,
-        layout=layout,
-        work_offsets=tuple(offsets[:-1]),
-        work_words=offsets[-1],
-        zeroed_words=(_aligned(num_rows), _aligned(num_requests)),
-        num_target_rows=batch.target_logits.shape[0],
-        num_draft_ids=batch.draft_token_ids.shape[0],
-        num_draft_rows=num_draft_rows,
-        slot_capacity=slot_capacity,
-        num_rates=num_rates,
-        target_stride=batch.target_logits.stride(0),
-        draft_stride=draft_stride,
-        slot_stride=slot_stride,
-        stats_meta=stats_meta,
-        decide_meta=dict(POS_BLOCK=pos_block, num_warps=4, **shared),
+        work_words=work_words,
+        zeroed=zeroed,
+        records=tuple(record for record in records if record.parameter is not None),
+        geometry=_geometry({**counts, **offsets}, batch.device),
         sample_splits=sample_splits,
-        sample_meta=dict(TILES_PER_SPLIT=sample_tiles // parts, BLOCK_V=sample_block, num_warps=SAMPLE_WARPS),
-        emit_meta=dict(SPLIT_BLOCK=_next_power_of_2(sample_splits), BLOCK_V=sample_block, num_warps=4),
+        launches=tuple(launches),
     )
 
 
 def _batch_tensors(batch: SpecBatch) -> tuple[torch.Tensor, ...]:
-    """The batch's tensors as the kernels take them (stand-ins where an input is absent: never read)."""
+    """The batch's tensors as the kernels take them, in the order of `INPUT_BUFFERS` (stand-ins where
+    an input is absent: never read)."""
     target = batch.target_logits
     draft = batch.draft_logits if batch.draft_logits is not None else target
     slot = batch.draft_slot if batch.draft_slot is not None else batch.cu_num_drafts
-    rates = batch.synthetic_rates if batch.method == "synthetic" else None
+    rates = batch.synthetic_rates if METHODS[batch.method].takes_rates else None
     return (
         target, draft, batch.draft_token_ids, batch.cu_num_drafts, batch.temperature, batch.seed,
         batch.step, slot, rates if rates is not None else batch.temperature,
     )  # fmt: skip
+
+
+def _workspace(plan: Plan, device: torch.device) -> torch.Tensor:
+    """A call's int32 workspace, its zero-initialised records zeroed."""
+    work = torch.empty(plan.work_words, dtype=torch.int32, device=device)
+    work[plan.zeroed].zero_()
+    return work
+
+
+def _record_views(plan: Plan, work: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The workspace records that kernels take as their own pointers, as typed views of ``work``."""
+    return {record.parameter: work[record.offset :].view(record.dtype) for record in plan.records}
 
 
 def _outputs(plan: Plan, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -337,58 +359,31 @@ def _outputs(plan: Plan, device: torch.device) -> tuple[torch.Tensor, torch.Tens
     )
 
 
-def _compile_and_run(batch: SpecBatch, plan: Plan) -> tuple[SpecOutput, list[CachedLaunch]]:
+def _compile_and_run(batch: SpecBatch, plan: Plan) -> tuple[SpecOutput, list[launch.CachedLaunch]]:
     """Launch through Triton's dispatch (which compiles, or loads from its cache) with tensors.
 
     Returns:
-        The output, and on a GPU the launches to cache (none under the interpreter).
+        The output, and on a GPU the launches to cache (none under the interpreter, or where
+        `launch.direct_launch_available` says no).
     """
     device = batch.device
-    work = torch.empty(plan.work_words, dtype=torch.int32, device=device)
-    zeroed = torch.zeros(sum(plan.zeroed_words), dtype=torch.int32, device=device)
-    records = []
-    for (_, dtype), start, end in zip(
-        WORK_RECORDS, plan.work_offsets, (*plan.work_offsets[1:], plan.work_words), strict=True
-    ):
-        records.append(work[start:end].view(dtype))
-    counter, stop_flag = zeroed.split(plan.zeroed_words)
     outputs = _outputs(plan, device)
-    buf = Buffers(*_batch_tensors(batch), *records, counter, stop_flag, *outputs)
+    buffers = dict(zip(INPUT_BUFFERS, _batch_tensors(batch), strict=True))
+    buffers.update(zip(OUTPUT_BUFFERS, outputs, strict=True))
+    work = _workspace(plan, device)
+    buffers.update(work_ptr=work, geometry_ptr=plan.geometry, **_record_views(plan, work))
     # The interpreter evaluates both sides of every tl.where with numpy, which warns on log(0) and
     # inf - inf; the kernels define the result of every such lane.
     quiet = np.errstate(all="ignore") if device.type == "cpu" else contextlib.nullcontext()
-    cached = []
     with quiet:
-        for kernel, grid, args, meta in plan.launches(buf):
-            compiled = kernel[grid](*args, **meta)
-            if device.type == "cuda":
-                cached.append(CachedLaunch.of(kernel, compiled, args, meta))
+        cached = launch.dispatch(plan.launches, buffers, keep=device.type == "cuda")
     token_ids, logprobs, num_emitted = outputs
     return SpecOutput(token_ids=token_ids, num_emitted=num_emitted, logprobs=logprobs), cached
 
 
-@dataclass(frozen=True)
-class CachedLaunch:
-    """A compiled kernel and its constexpr arguments, launched without Triton's dispatch."""
-
-    run: Any
-    function: Any
-    packed_metadata: Any
-    constexprs: tuple[Any, ...]
-
-    @classmethod
-    def of(cls, kernel: Any, compiled: Any, args: tuple[Any, ...], meta: dict[str, Any]) -> CachedLaunch:
-        """The cached form of ``compiled``, what launching ``kernel`` with ``args`` and ``meta`` returned."""
-        constexprs = tuple(meta[name] for name in kernel.arg_names if name in meta)
-        if len(args) + len(constexprs) != len(kernel.arg_names):
-            raise RuntimeError(f"{kernel.__name__}: a constexpr argument was left to its default")
-        return cls(compiled.run, compiled.function, compiled.packed_metadata, constexprs)
-
-
 # Plans and their compiled launches by batch structure (`_plan_key`), for the calls after the
-# first; the least recently used goes when there are more than `_CACHE_SIZE`.
-_CACHE_SIZE = 1024
-_cache: OrderedDict[tuple[Any, ...], tuple[Plan, list[CachedLaunch]]] = OrderedDict()
+# first; the least recently used goes when there are more than 1024.
+_cache = launch.PlanCache(size=1024)
 
 
 def _plan_key(batch: SpecBatch, device_index: int, tensors: tuple[torch.Tensor, ...]) -> tuple[Any, ...]:
@@ -407,34 +402,21 @@ def _plan_key(batch: SpecBatch, device_index: int, tensors: tuple[torch.Tensor, 
 
 
 def _run_cached(
-    batch: SpecBatch, plan: Plan, cached: list[CachedLaunch], addresses: list[int], device_index: int
+    batch: SpecBatch, plan: Plan, cached: list[launch.CachedLaunch], addresses: list[int], device_index: int
 ) -> SpecOutput:
     """Launch ``plan``'s compiled kernels on ``batch`` with device addresses in place of tensors, on
     the current stream of ``device_index`` (the device Triton's dispatch would launch on)."""
     device = batch.device
-    work = torch.empty(plan.work_words, dtype=torch.int32, device=device)
-    zeroed = torch.zeros(sum(plan.zeroed_words), dtype=torch.int32, device=device)
     token_ids, logprobs, num_emitted = _outputs(plan, device)
-    base = work.data_ptr()
-    counter = zeroed.data_ptr()
-    buf = Buffers(
-        *addresses, *[base + 4 * offset for offset in plan.work_offsets], counter,
-        counter + 4 * plan.zeroed_words[0], token_ids.data_ptr(), logprobs.data_ptr(), num_emitted.data_ptr(),
+    base = _workspace(plan, device).data_ptr()
+    buffers = dict(zip(INPUT_BUFFERS, addresses, strict=True))
+    buffers.update((record.parameter, base + 4 * record.offset) for record in plan.records)
+    buffers.update(
+        work_ptr=base, geometry_ptr=plan.geometry.data_ptr(), token_ids_ptr=token_ids.data_ptr(),
+        logprobs_ptr=logprobs.data_ptr(), num_emitted_ptr=num_emitted.data_ptr(),
     )  # fmt: skip
-    stream = driver.active.get_current_stream(device_index)
-    for (_, grid, args, _), launch in zip(plan.launches(buf), cached, strict=True):
-        launch.run(
-            grid[0], grid[1], grid[2], stream, launch.function, launch.packed_metadata, None, None, None,
-            *args, *launch.constexprs,
-        )  # fmt: skip
+    launch.launch_cached(plan.launches, cached, buffers, device_index)
     return SpecOutput(token_ids=token_ids, num_emitted=num_emitted, logprobs=logprobs)
-
-
-def _launch_hooks_set() -> bool:
-    """Whether a launch hook (a profiler's) is set: only Triton's dispatch calls it."""
-    hooks = (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook)
-    # Triton 3.6 keeps the hooks in chains, empty unless a hook was added.
-    return any(hook is not None and getattr(hook, "calls", True) for hook in hooks)
 
 
 def _check_values_default(batch: SpecBatch) -> bool:
@@ -445,8 +427,8 @@ def rejection_sample(batch: SpecBatch, *, check_values: bool | None = None) -> S
     """Run the rejection sampler of ``batch.method`` on ``batch`` with the canonical random streams.
 
     The first call with a given structure (method, shapes, strides, dtypes) goes through Triton's
-    dispatch; later calls on a GPU reuse its compiled kernels and launch them directly, which
-    takes a fraction of the host time.
+    dispatch; later calls on a GPU reuse its plan and, where `kernels.launch.direct_launch_ready`
+    allows it, its compiled kernels, launched directly, which takes a fraction of the host time.
 
     Args:
         batch: the inputs; every tensor on one device (a CUDA GPU, or the CPU under
@@ -464,19 +446,16 @@ def rejection_sample(batch: SpecBatch, *, check_values: bool | None = None) -> S
     if batch.device.type != "cuda":
         return _compile_and_run(batch, make_plan(batch))[0]
     tensors = _batch_tensors(batch)
-    device_index = driver.active.get_current_device()
+    device_index = launch.current_device()
     key = _plan_key(batch, device_index, tensors)
     entry = _cache.get(key)
-    if entry is None or _launch_hooks_set():
-        plan = make_plan(batch)
-        output, cached = _compile_and_run(batch, plan)
-        _cache[key] = (plan, cached)
-        if len(_cache) > _CACHE_SIZE:
-            _cache.popitem(last=False)
-        return output
-    _cache.move_to_end(key)
-    plan, cached = entry
-    return _run_cached(batch, plan, cached, [tensor.data_ptr() for tensor in tensors], device_index)
+    if entry is not None and entry[1] and launch.direct_launch_ready():
+        plan, cached = entry
+        return _run_cached(batch, plan, cached, [tensor.data_ptr() for tensor in tensors], device_index)
+    plan = make_plan(batch) if entry is None else entry[0]
+    output, cached = _compile_and_run(batch, plan)
+    _cache.put(key, plan, cached)
+    return output
 
 
 class TritonRejectionSampler:
@@ -488,7 +467,7 @@ class TritonRejectionSampler:
     """
 
     name = "triton"
-    canonical_rng = True
+    streams = CANONICAL
 
     def __init__(self, check_values: bool | None = None) -> None:
         self.check_values = check_values

@@ -76,6 +76,32 @@ ROW_FLOATS = tl.constexpr(6)
 ROW_TOKEN = tl.constexpr(0)  # the argmax of a greedy row, the target sample of a strict one
 ROW_ACCEPT = tl.constexpr(1)  # 1 where the draft of the row is accepted
 ROW_INTS = tl.constexpr(2)
+# The workspace of a call (int32 words) starts with the split records of row_stats_kernel,
+# ``[B * (max_n + 1) * num_splits]`` each, indexed like its programs: it finds them from its own
+# grid (`_split_record`), with no load on its path. Every record starts 16-byte aligned.
+SPLIT_TARGET_MAX = tl.constexpr(0)  # fp32
+SPLIT_TARGET_SUM = tl.constexpr(1)  # fp32
+SPLIT_TARGET_ARG = tl.constexpr(2)  # int32, first argmax
+SPLIT_DRAFT_MAX = tl.constexpr(3)  # fp32, probabilistic
+SPLIT_DRAFT_SUM = tl.constexpr(4)  # fp32, probabilistic
+SPLIT_CAND_LOGIT = tl.constexpr(5)  # fp32, strict
+SPLIT_CAND_GUMBEL = tl.constexpr(6)  # fp32, strict
+SPLIT_CAND_TOKEN = tl.constexpr(7)  # int32, strict
+SPLIT_RECORDS = tl.constexpr(8)
+# Field indices of the geometry record, ``[GEOMETRY_FIELDS]`` int64, one per plan: first the counts
+# that only bound reads (they change from call to call, so no kernel is specialised on them), then
+# the offsets of the records row_stats_kernel needs after the split records, in 4-byte words. Every
+# offset is a multiple of 4, so every record is 16-byte aligned like the workspace itself.
+GEO_NUM_TARGET_ROWS = tl.constexpr(0)
+GEO_NUM_DRAFT_IDS = tl.constexpr(1)
+GEO_NUM_DRAFT_ROWS = tl.constexpr(2)  # D, or S for slotted drafts
+GEO_SLOT_CAPACITY = tl.constexpr(3)  # K of slotted drafts
+GEO_NUM_RATES = tl.constexpr(4)
+WORK_COUNTER = tl.constexpr(5)  # int32 [B * (max_n + 1)], zero at launch
+WORK_STOP_FLAG = tl.constexpr(6)  # int32 [B], zero at launch
+WORK_ROW_FLOAT = tl.constexpr(7)  # fp32 [B * (max_n + 1), ROW_FLOATS]
+WORK_ROW_INT = tl.constexpr(8)  # int32 [B * (max_n + 1), ROW_INTS]
+GEOMETRY_FIELDS = tl.constexpr(9)
 
 
 @triton.jit
@@ -116,6 +142,48 @@ def _request_span(cu_ptr, request, max_num_drafts):
     end = tl.load(cu_ptr + request + 1).to(tl.int64)
     num_drafts = tl.minimum(tl.maximum(end - start, 0), max_num_drafts)
     return start, num_drafts
+
+
+@triton.jit
+def _geometry(geometry_ptr, field):
+    """Field ``field`` (a ``GEO_*`` or ``WORK_*`` index) of the geometry record, int64.
+
+    Args:
+        geometry_ptr: ``[GEOMETRY_FIELDS]`` int64 geometry record.
+    """
+    # Every program reads the record, and the logit stream would push it out of L1: keep it there
+    # (without the hint row_stats_kernel ran about 4% slower at B = 256 on an H100).
+    return tl.load(geometry_ptr + field, eviction_policy="evict_last")
+
+
+@triton.jit
+def _record(work_ptr, geometry_ptr, field, dtype: tl.constexpr):
+    """The workspace record ``field`` (a ``WORK_*`` index) as a pointer to ``dtype``.
+
+    Args:
+        work_ptr: the int32 workspace of the call.
+        geometry_ptr: ``[GEOMETRY_FIELDS]`` int64 geometry record; holds the record's offset in words.
+    """
+    # The offset is a multiple of 4 words: the record keeps the workspace's 16-byte alignment.
+    # (Loaded here rather than through `_geometry`: each device-function call costs the CPU
+    # interpreter a re-patch of triton.language.)
+    offset = tl.multiple_of(tl.load(geometry_ptr + field, eviction_policy="evict_last"), 4)
+    return (work_ptr + offset).to(tl.pointer_type(dtype))
+
+
+@triton.jit
+def _split_record(work_ptr, record: tl.constexpr, dtype: tl.constexpr):
+    """Split record ``record`` (a ``SPLIT_*`` index) as a pointer to ``dtype``.
+
+    A split record holds one entry per program of row_stats_kernel, so its length comes from the
+    grid: only row_stats_kernel (and `_finish_row`, which it runs) may call this.
+
+    Args:
+        work_ptr: the int32 workspace of the call; the split records are at its start.
+    """
+    # Each record's length is rounded up to 4 words (16 bytes).
+    length = (tl.num_programs(0).to(tl.int64) * tl.num_programs(1) + 3) // 4 * 4
+    return (work_ptr + record * length).to(tl.pointer_type(dtype))
 
 
 @triton.jit
@@ -297,17 +365,7 @@ def _synthetic_accept(
 
 
 # Counts that change from call to call are not specialised on, so each layout compiles once.
-@triton.jit(
-    do_not_specialize=[
-        "num_target_rows",
-        "num_draft_ids",
-        "num_draft_rows",
-        "slot_capacity",
-        "num_rates",
-        "max_num_drafts",
-        "num_splits",
-    ]
-)
+@triton.jit(do_not_specialize=["max_num_drafts", "num_splits"])
 def row_stats_kernel(
     target_ptr,
     draft_ptr,
@@ -318,23 +376,8 @@ def row_stats_kernel(
     step_ptr,
     draft_slot_ptr,
     rates_ptr,
-    target_max_ptr,
-    target_sum_ptr,
-    target_arg_ptr,
-    draft_max_ptr,
-    draft_sum_ptr,
-    cand_logit_ptr,
-    cand_gumbel_ptr,
-    cand_token_ptr,
-    row_float_ptr,
-    row_int_ptr,
-    counter_ptr,
-    stop_flag_ptr,
-    num_target_rows,
-    num_draft_ids,
-    num_draft_rows,
-    slot_capacity,
-    num_rates,
+    work_ptr,
+    geometry_ptr,
     target_stride,
     draft_stride,
     slot_stride,
@@ -366,16 +409,16 @@ def row_stats_kernel(
         step_ptr: ``[B]`` int64.
         draft_slot_ptr: ``[B]`` int32/int64 slots (unused unless ``SLOTTED``).
         rates_ptr: ``[num_rates]`` fp64 synthetic conditional acceptance rates (synthetic only).
-        target_max_ptr, target_sum_ptr: ``[B * (max_n + 1) * num_splits]`` fp32 split records.
-        target_arg_ptr: ``[B * (max_n + 1) * num_splits]`` int32 split records, first argmax.
-        draft_max_ptr, draft_sum_ptr: ``[B * (max_n + 1) * num_splits]`` fp32 split records.
-        cand_logit_ptr, cand_gumbel_ptr: ``[B * (max_n + 1) * num_splits]`` fp32 split records (strict).
-        cand_token_ptr: ``[B * (max_n + 1) * num_splits]`` int32 split records (strict).
-        row_float_ptr: ``[B * (max_n + 1), ROW_FLOATS]`` fp32 output of `_finish_row`.
-        row_int_ptr: ``[B * (max_n + 1), ROW_INTS]`` int32 output of `_finish_row`.
-        counter_ptr: ``[B * (max_n + 1)]`` int32, zero at launch: the splits finished per row.
-        stop_flag_ptr: ``[B]`` int32, zero at launch: ``max_n + 1 - j`` for the earliest rejected
-            position ``j`` decided so far.
+        work_ptr: the call's int32 workspace. This kernel writes the split records at its start
+            (``SPLIT_*``), each ``[B * (max_n + 1) * num_splits]``: target max and sum (fp32) and
+            first argmax (int32); draft max and sum (fp32, probabilistic); the Gumbel-max
+            candidate's logit and noise (fp32) and token (int32) (strict). Zero at launch:
+            ``WORK_COUNTER``, ``[B * (max_n + 1)]`` int32, the splits finished per row, and
+            ``WORK_STOP_FLAG``, ``[B]`` int32, ``max_n + 1 - j`` for the earliest rejected position
+            ``j`` of each request decided so far. `_finish_row` writes the ``WORK_ROW_FLOAT`` and
+            ``WORK_ROW_INT`` records.
+        geometry_ptr: ``[GEOMETRY_FIELDS]`` int64: the row and id counts that bound reads, and
+            the offsets of the records after the split records.
     """
     # Grid (B * num_splits, max_n + 1): program (request * num_splits + split, i) reads split
     # `split` of row i. Positions are the slowest grid dimension, so a row is scheduled after the
@@ -387,6 +430,14 @@ def row_stats_kernel(
     split = program % num_splits
     position = tl.program_id(1)
     width = max_num_drafts + 1
+    # The geometry loads go out with the request's first loads, ahead of the logits (a load
+    # cannot pass a store that may alias it).
+    num_target_rows = _geometry(geometry_ptr, GEO_NUM_TARGET_ROWS)
+    stop_flag_ptr = _record(work_ptr, geometry_ptr, WORK_STOP_FLAG, tl.int32)
+    counter_ptr = _record(work_ptr, geometry_ptr, WORK_COUNTER, tl.int32)
+    if METHOD == SYNTHETIC:
+        num_draft_ids = _geometry(geometry_ptr, GEO_NUM_DRAFT_IDS)
+        num_rates = _geometry(geometry_ptr, GEO_NUM_RATES)
     draft_start, num_drafts = _request_span(cu_ptr, request, max_num_drafts)
     if position <= num_drafts:
         temperature = tl.load(temperature_ptr + request)
@@ -421,22 +472,22 @@ def row_stats_kernel(
         row_max = tl.full([], NEG_INF, tl.float32)
         row_sum = tl.full([], 0.0, tl.float32)
         row_arg = first
+        cand_logit = tl.full([], NEG_INF, tl.float32)
+        cand_gumbel = tl.full([], NEG_INF, tl.float32)
+        cand_token = first
         if needed:
             # Sampled rows skip the argmax: only greedy rows compare drafts with it.
             if METHOD == STRICT:
                 if sampled:
-                    row_max, row_sum, row_arg, logit, gumbel, token = _split_stats(
+                    row_max, row_sum, row_arg, cand_logit, cand_gumbel, cand_token = _split_stats(
                         target_row_ptr, target_inside, split, vocab_size, inv_temperature, seed,
                         step, position, True, False, TILES_PER_SPLIT, BLOCK_V,
                     )  # fmt: skip
                 else:
-                    row_max, row_sum, row_arg, logit, gumbel, token = _split_stats(
+                    row_max, row_sum, row_arg, cand_logit, cand_gumbel, cand_token = _split_stats(
                         target_row_ptr, target_inside, split, vocab_size, inv_temperature, seed,
                         step, position, False, True, TILES_PER_SPLIT, BLOCK_V,
                     )  # fmt: skip
-                tl.store(cand_logit_ptr + out, logit)
-                tl.store(cand_gumbel_ptr + out, gumbel)
-                tl.store(cand_token_ptr + out, token)
             else:
                 if sampled:
                     row_max, row_sum, row_arg, _, _, _ = _split_stats(
@@ -448,13 +499,17 @@ def row_stats_kernel(
                         target_row_ptr, target_inside, split, vocab_size, inv_temperature, seed,
                         step, position, False, True, TILES_PER_SPLIT, BLOCK_V,
                     )  # fmt: skip
-        elif METHOD == STRICT:
-            tl.store(cand_logit_ptr + out, NEG_INF)
-            tl.store(cand_gumbel_ptr + out, NEG_INF)
-            tl.store(cand_token_ptr + out, first)
-        tl.store(target_max_ptr + out, row_max)
-        tl.store(target_sum_ptr + out, row_sum)
-        tl.store(target_arg_ptr + out, row_arg)
+        # The draft's bounds go out ahead of the stores, with one load on the path to the draft row.
+        num_draft_ids = _geometry(geometry_ptr, GEO_NUM_DRAFT_IDS)
+        num_draft_rows = _geometry(geometry_ptr, GEO_NUM_DRAFT_ROWS)
+        slot_capacity = _geometry(geometry_ptr, GEO_SLOT_CAPACITY)
+        if METHOD == STRICT:
+            tl.store(_split_record(work_ptr, SPLIT_CAND_LOGIT, tl.float32) + out, cand_logit)
+            tl.store(_split_record(work_ptr, SPLIT_CAND_GUMBEL, tl.float32) + out, cand_gumbel)
+            tl.store(_split_record(work_ptr, SPLIT_CAND_TOKEN, tl.int32) + out, cand_token)
+        tl.store(_split_record(work_ptr, SPLIT_TARGET_MAX, tl.float32) + out, row_max)
+        tl.store(_split_record(work_ptr, SPLIT_TARGET_SUM, tl.float32) + out, row_sum)
+        tl.store(_split_record(work_ptr, SPLIT_TARGET_ARG, tl.int32) + out, row_arg)
         if METHOD == PROBABILISTIC and HAS_DRAFT:
             is_draft = position < num_drafts
             draft_id = tl.load(
@@ -478,20 +533,17 @@ def row_stats_kernel(
                         draft_row_ptr, draft_offset >= 0, split, vocab_size, inv_temperature, seed,
                         step, position, False, False, TILES_PER_SPLIT, BLOCK_V,
                     )  # fmt: skip
-                tl.store(draft_max_ptr + out, draft_max)
-                tl.store(draft_sum_ptr + out, draft_sum)
+                tl.store(_split_record(work_ptr, SPLIT_DRAFT_MAX, tl.float32) + out, draft_max)
+                tl.store(_split_record(work_ptr, SPLIT_DRAFT_SUM, tl.float32) + out, draft_sum)
         # Publish the records, then count this split in; the last split of the row finishes it.
         tl.debug_barrier()
         finished = tl.atomic_add(counter_ptr + row, 1, sem="acq_rel", scope="gpu")
         if finished == num_splits - 1:
             _finish_row(
                 target_row_ptr, target_inside, draft_ptr, draft_ids_ptr, draft_slot_ptr, rates_ptr,
-                target_max_ptr, target_sum_ptr, target_arg_ptr, draft_max_ptr, draft_sum_ptr,
-                cand_logit_ptr, cand_gumbel_ptr, cand_token_ptr, row_float_ptr, row_int_ptr,
-                stop_flag_ptr, request, position, row, draft_start, num_drafts, temperature,
-                inv_temperature, seed, step, num_draft_ids, num_draft_rows, slot_capacity, num_rates,
-                draft_stride, slot_stride, vocab_size, width, num_splits, METHOD, HAS_DRAFT, SLOTTED,
-                SPLIT_BLOCK,
+                work_ptr, geometry_ptr, request, position, row, draft_start, num_drafts, temperature,
+                inv_temperature, seed, step, draft_stride, slot_stride, vocab_size, width, num_splits,
+                METHOD, HAS_DRAFT, SLOTTED, SPLIT_BLOCK,
             )  # fmt: skip
 
 
@@ -565,36 +617,48 @@ def _log_prob(target_row_ptr, target_inside, token, row_max, log_sum, inv_temper
 
 @triton.jit
 def _finish_row(
-    target_row_ptr, target_inside, draft_ptr, draft_ids_ptr, draft_slot_ptr, rates_ptr,
-    target_max_ptr, target_sum_ptr, target_arg_ptr, draft_max_ptr, draft_sum_ptr,
-    cand_logit_ptr, cand_gumbel_ptr, cand_token_ptr, row_float_ptr, row_int_ptr, stop_flag_ptr,
-    request, position, row, draft_start, num_drafts, temperature, inv_temperature, seed, step,
-    num_draft_ids, num_draft_rows, slot_capacity, num_rates, draft_stride, slot_stride, vocab_size,
-    width, num_splits,
+    target_row_ptr, target_inside, draft_ptr, draft_ids_ptr, draft_slot_ptr, rates_ptr, work_ptr,
+    geometry_ptr, request, position, row, draft_start, num_drafts, temperature, inv_temperature,
+    seed, step, draft_stride, slot_stride, vocab_size, width, num_splits,
     METHOD: tl.constexpr, HAS_DRAFT: tl.constexpr, SLOTTED: tl.constexpr, SPLIT_BLOCK: tl.constexpr,
 ):  # fmt: skip
     """Combine the split records of one row, decide its draft, and write the row's record.
 
     Run by the last program to finish the row. Every decision is made here and only here, so
     decide_kernel and the skipping programs can never disagree about it. A rejection is published
-    in ``stop_flag_ptr`` so later rows of the request can be skipped.
+    in the workspace's ``WORK_STOP_FLAG`` record so later rows of the request can be skipped.
 
     Args:
         target_row_ptr: the row's first target logit (read at the draft id and the row token).
-        row_float_ptr, row_int_ptr: ``[B * (max_n + 1), ROW_FLOATS | ROW_INTS]`` outputs.
+        work_ptr: the int32 workspace: the row's split records are read, its ``WORK_ROW_FLOAT``
+            ``[B * (max_n + 1), ROW_FLOATS]`` fp32 and ``WORK_ROW_INT`` ``[B * (max_n + 1),
+            ROW_INTS]`` int32 records written.
         The other pointers are row_stats_kernel's.
     """
+    # Every geometry load at once, ahead of the chain of loads, reductions and stores below.
+    row_float_ptr = _record(work_ptr, geometry_ptr, WORK_ROW_FLOAT, tl.float32)
+    row_int_ptr = _record(work_ptr, geometry_ptr, WORK_ROW_INT, tl.int32)
+    stop_flag_ptr = _record(work_ptr, geometry_ptr, WORK_STOP_FLAG, tl.int32)
+    num_draft_ids = _geometry(geometry_ptr, GEO_NUM_DRAFT_IDS)
+    num_draft_rows = _geometry(geometry_ptr, GEO_NUM_DRAFT_ROWS)
+    slot_capacity = _geometry(geometry_ptr, GEO_SLOT_CAPACITY)
+    num_rates = _geometry(geometry_ptr, GEO_NUM_RATES)
     records = tl.full([1, 1], 0, tl.int64) + row * num_splits
     every = tl.full([1, 1], 1, tl.int1)
     row_max, log_sum, split_max = _combine_splits(
-        target_max_ptr, target_sum_ptr, records, every, inv_temperature, num_splits, SPLIT_BLOCK
-    )
+        _split_record(work_ptr, SPLIT_TARGET_MAX, tl.float32),
+        _split_record(work_ptr, SPLIT_TARGET_SUM, tl.float32),
+        records, every, inv_temperature, num_splits, SPLIT_BLOCK,
+    )  # fmt: skip
+    target_arg_ptr = _split_record(work_ptr, SPLIT_TARGET_ARG, tl.int32)
     token = _row_argmax(target_arg_ptr, records, every, split_max, row_max, num_splits, SPLIT_BLOCK)
     if METHOD == STRICT:
         every_sampled = (tl.zeros([1, 1], tl.float32) + temperature) > 0.0
         sample = _strict_sample(
-            cand_logit_ptr, cand_gumbel_ptr, cand_token_ptr, records, every_sampled, row_max,
-            inv_temperature, num_splits, SPLIT_BLOCK,
+            _split_record(work_ptr, SPLIT_CAND_LOGIT, tl.float32),
+            _split_record(work_ptr, SPLIT_CAND_GUMBEL, tl.float32),
+            _split_record(work_ptr, SPLIT_CAND_TOKEN, tl.int32),
+            records, every_sampled, row_max, inv_temperature, num_splits, SPLIT_BLOCK,
         )  # fmt: skip
         token = tl.where(temperature > 0.0, sample, token)
     token = tl.sum(token, axis=0)
@@ -632,8 +696,9 @@ def _finish_row(
             if HAS_DRAFT:  # noqa: SIM102
                 if sampled & real:
                     draft_maxes, draft_log_sums, _ = _combine_splits(
-                        draft_max_ptr, draft_sum_ptr, records, every, inv_temperature, num_splits,
-                        SPLIT_BLOCK,
+                        _split_record(work_ptr, SPLIT_DRAFT_MAX, tl.float32),
+                        _split_record(work_ptr, SPLIT_DRAFT_SUM, tl.float32),
+                        records, every, inv_temperature, num_splits, SPLIT_BLOCK,
                     )  # fmt: skip
                     draft_max = tl.sum(draft_maxes, axis=0)
                     draft_log_sum = tl.sum(draft_log_sums, axis=0)
@@ -671,20 +736,13 @@ def _finish_row(
 
 
 # Counts that change from call to call are not specialised on.
-@triton.jit(
-    do_not_specialize=[
-        "num_target_rows",
-        "num_draft_ids",
-        "num_draft_rows",
-        "slot_capacity",
-        "max_num_drafts",
-    ]
-)
+@triton.jit(do_not_specialize=["max_num_drafts"])
 def decide_kernel(
     draft_ids_ptr,
     cu_ptr,
     temperature_ptr,
     draft_slot_ptr,
+    geometry_ptr,
     row_float_ptr,
     row_int_ptr,
     info_int_ptr,
@@ -692,10 +750,6 @@ def decide_kernel(
     token_ids_ptr,
     logprobs_ptr,
     num_emitted_ptr,
-    num_target_rows,
-    num_draft_ids,
-    num_draft_rows,
-    slot_capacity,
     target_stride,
     draft_stride,
     slot_stride,
@@ -713,7 +767,8 @@ def decide_kernel(
         cu_ptr: ``[B + 1]`` int32 prefix sums of the draft counts.
         temperature_ptr: ``[B]`` fp32.
         draft_slot_ptr: ``[B]`` int32/int64 (unused unless ``SLOTTED``).
-        row_float_ptr, row_int_ptr: the per-row records of `_finish_row`.
+        geometry_ptr: ``[GEOMETRY_FIELDS]`` int64 geometry record: the counts that bound reads.
+        row_float_ptr, row_int_ptr: the per-row records of `_finish_row` in the workspace.
         info_int_ptr: ``[B, 5]`` int64 output: sample mode, final position, target and draft row
             offsets, draft token of the final row.
         info_float_ptr: ``[B, 4]`` fp32 output: target max and log-sum, draft max and log-sum.
@@ -724,6 +779,11 @@ def decide_kernel(
     # Grid (B,): one program per request; positions go in chunks of POS_BLOCK and the walk stops
     # at the chunk holding the first rejection. Rows after it may have been skipped: none is read.
     request = tl.program_id(0)
+    # The geometry loads go out with the request's first loads, ahead of every store.
+    num_target_rows = _geometry(geometry_ptr, GEO_NUM_TARGET_ROWS)
+    num_draft_ids = _geometry(geometry_ptr, GEO_NUM_DRAFT_IDS)
+    num_draft_rows = _geometry(geometry_ptr, GEO_NUM_DRAFT_ROWS)
+    slot_capacity = _geometry(geometry_ptr, GEO_SLOT_CAPACITY)
     draft_start, num_drafts = _request_span(cu_ptr, request, max_num_drafts)
     temperature = tl.load(temperature_ptr + request)
     sampled = temperature > 0.0

@@ -49,10 +49,10 @@ def _inverse_cdf(weights: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
 
 
 class TorchRejectionSampler:
-    """The textbook sampler as a `Variant` (its own RNG, so ``canonical_rng`` is false)."""
+    """The textbook sampler as a `Variant` (its own RNG: ``streams`` is ``None``)."""
 
     name = "torch"
-    canonical_rng = False
+    streams = None
 
     def __call__(self, batch: SpecBatch) -> SpecOutput:
         """Sample ``batch`` on its device."""

@@ -40,8 +40,7 @@ class TestResult:
 
     Attributes:
         statistic: the test statistic (Williams-corrected G for `goodness_of_fit`, the observed
-            proportion for `binomial_test`, the largest absolute cell deviation for
-            `multinomial_test`).
+            proportion for `binomial_test`).
         pvalue: the p-value under the null.
         df: degrees of freedom (pooled cells minus one; 1 for a binomial test).
         reject: whether ``pvalue < alpha`` (an observation in an impossible cell gives p-value 0).
@@ -381,7 +380,7 @@ def goodness_of_fit(
 
 
 # ---------------------------------------------------------------------------------------------
-# Exact binomial and multinomial tests
+# Exact binomial tests
 
 
 def binomial_pvalues(counts: npt.ArrayLike, num_trials: int, prob: float) -> F64Array:
@@ -451,37 +450,6 @@ def binomial_test(
     return TestResult(observed, pvalue, 1, reject, num_trials, alpha, detectable, beta, reason)
 
 
-def multinomial_test(
-    counts: npt.ArrayLike, probs: npt.ArrayLike, alpha: float = DEFAULT_ALPHA, beta: float = DEFAULT_BETA
-) -> TestResult:
-    """Exact test of a law on few cells: an exact binomial test per cell, combined by Holm.
-
-    Each cell's count is exactly ``Bin(N, p_j)``, so the family has level ``alpha`` with no asymptotics.
-    The statistic is the largest absolute deviation ``|count_j / N - p_j|``; the detectable deviation is
-    the largest over cells of the binomial one at level ``alpha / k`` (Holm's first step).
-    """
-    observed = np.asarray(counts, dtype=np.int64).reshape(-1)
-    p = np.asarray(probs, dtype=np.float64).reshape(-1)
-    if observed.shape != p.shape:
-        raise ValueError(f"counts has shape {observed.shape}; expected the shape of probs {p.shape}")
-    n = int(observed.sum())
-    if n == 0:
-        raise ValueError("counts sums to 0; expected at least one observation")
-    k = p.shape[0]
-    pvalues = np.array([float(binomial_pvalues(c, n, float(q))) for c, q in zip(observed, p, strict=True)])
-    adjusted = holm_adjusted(pvalues)
-    pvalue = float(adjusted.min())
-    detectable = max(binomial_detectable(n, float(q), alpha / k, beta) for q in p)
-    worst = int(np.argmin(adjusted))
-    deviation = np.abs(observed / n - p)
-    reject = pvalue < alpha
-    reason = (
-        f"cell {worst}: {observed[worst]}/{n} vs p={p[worst]:.4g}, Holm p-value {pvalue:.3g} "
-        f"{'<' if reject else '>='} alpha={alpha:g}; detects |delta|>={detectable:.4f} per cell"
-    )
-    return TestResult(float(deviation.max()), pvalue, k - 1, reject, n, alpha, detectable, beta, reason)
-
-
 # ---------------------------------------------------------------------------------------------
 # Multiple testing
 
@@ -501,11 +469,6 @@ def holm_adjusted(pvalues: npt.ArrayLike) -> F64Array:
     adjusted = np.empty(k)
     adjusted[order] = np.maximum.accumulate(scaled)
     return adjusted
-
-
-def holm_reject(pvalues: npt.ArrayLike, alpha: float = DEFAULT_ALPHA) -> npt.NDArray[np.bool_]:
-    """Which hypotheses Holm's procedure rejects at family-wise level ``alpha``."""
-    return np.asarray(holm_adjusted(pvalues) < alpha)
 
 
 # ---------------------------------------------------------------------------------------------

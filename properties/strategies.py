@@ -5,7 +5,7 @@ seed); numpy builds the vocab-sized arrays from the drawn seed, never element by
 failing example replays and shrinks on its parameters. Every strategy says which bugs its inputs
 expose (the ids are those of MUTANTS.md).
 
-Sizes follow a profile (`PROFILE_SIZES`): ``ci`` and ``dev`` keep the vocabularies and grids small
+Sizes follow a profile (`properties.profiles`): ``ci`` and ``dev`` keep the vocabularies and grids small
 enough for the Triton interpreter; ``gpu`` and ``nightly`` reach 256K-token vocabularies and large
 batches. Block sizes are a parameter: vocabulary sizes gather at ``BLOCK - 1``, ``BLOCK`` and
 ``BLOCK + 1`` of each, where tiling bugs live.
@@ -13,17 +13,18 @@ batches. Block sizes are a parameter: vocabulary sizes gather at ``BLOCK - 1``, 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 import torch
 from hypothesis import strategies as st
 
+from properties import profiles
+from properties.profiles import CPU_BLOCK_SIZES
 from reference.contract import MAX_STEP, METHODS, Method, RequestData, SpecBatch, make_batch
 from reference.law import row_probs
+from reference.methods import METHODS as METHOD_TABLE
 from reference.synthetic import conditional_rates, synthetic_params
 
 F64Array = npt.NDArray[np.float64]
@@ -47,50 +48,12 @@ DRAFT_KINDS = ("one-hot", "flat", "slotted")
 DRAFT_CHOICES = ("from_q", "argmax", "uniform", "zero_prob", "last_id")
 # Temperatures: greedy, tiny (logits / T overflow float32), cold, 1, hot, huge (nearly uniform).
 TEMPERATURES = (0.0, 1e-30, 1e-3, 0.5, 1.0, 2.0, 50.0, 1e4)
-# Tiles of the production kernel: 16 lanes at least, 4096 at most; 32 splits of 4096 = 131072.
-DEFAULT_BLOCK_SIZES = (16, 4096)
-GPU_BLOCK_SIZES = (16, 4096, 131072)
-
-
-@dataclass(frozen=True)
-class Sizes:
-    """How large a profile's batches get.
-
-    Attributes:
-        max_vocab: the largest vocabulary size drawn.
-        max_requests: the most requests in a batch.
-        max_drafts: the most drafts of one request.
-        block_sizes: tile widths whose edges vocabulary sizes gather at.
-    """
-
-    max_vocab: int
-    max_requests: int
-    max_drafts: int
-    block_sizes: tuple[int, ...]
-
-
-PROFILE_SIZES = {
-    "ci": Sizes(max_vocab=4097, max_requests=4, max_drafts=4, block_sizes=DEFAULT_BLOCK_SIZES),
-    "dev": Sizes(max_vocab=4097, max_requests=6, max_drafts=6, block_sizes=DEFAULT_BLOCK_SIZES),
-    "gpu": Sizes(max_vocab=262144, max_requests=64, max_drafts=8, block_sizes=GPU_BLOCK_SIZES),
-    "nightly": Sizes(max_vocab=262144, max_requests=256, max_drafts=16, block_sizes=GPU_BLOCK_SIZES),
-}
-
-
-def profile_sizes(profile: str | None = None) -> Sizes:
-    """The sizes of ``profile`` (default: the ``HYPOTHESIS_PROFILE`` environment variable, else ``dev``)."""
-    name = profile or os.environ.get("HYPOTHESIS_PROFILE", "dev")
-    if name not in PROFILE_SIZES:
-        raise ValueError(f"profile is {name!r}; expected one of {', '.join(PROFILE_SIZES)}")
-    return PROFILE_SIZES[name]
-
-
 # ---------------------------------------------------------------------------------------------
 # Vocabulary sizes, temperatures, seeds
 
 
 def vocab_sizes(
-    max_vocab: int = 4097, block_sizes: Sequence[int] = DEFAULT_BLOCK_SIZES
+    max_vocab: int = 4097, block_sizes: Sequence[int] = CPU_BLOCK_SIZES
 ) -> st.SearchStrategy[int]:
     """Vocabulary sizes: 1, 2, 3, the edges ``BLOCK - 1, BLOCK, BLOCK + 1`` of each block, and any size.
 
@@ -303,8 +266,8 @@ def spec_batches(
 
     Args:
         methods: the methods to draw from.
-        profile: a key of `PROFILE_SIZES` (default: ``HYPOTHESIS_PROFILE``, else ``dev``); the
-            explicit size arguments override it.
+        profile: a profile name (default: ``HYPOTHESIS_PROFILE``, else ``dev``); the explicit
+            size arguments override its sizes.
         max_vocab, max_requests, max_drafts, block_sizes: size overrides.
         families: the distribution families to draw from.
         dtypes: the logit dtypes to draw from.
@@ -313,10 +276,13 @@ def spec_batches(
         placeholders: whether drafts may be placeholders.
         device: where the batch's tensors live.
     """
-    sizes = profile_sizes(profile)
+    sizes = profiles.get(profile).sizes
     vocab_cap = max_vocab or sizes.max_vocab
     blocks = tuple(block_sizes or sizes.block_sizes)
-    method: Method = draw(st.sampled_from(list(methods)))
+    # Each method is drawn as often as its strategy weight in the method table says.
+    method: Method = draw(
+        st.sampled_from([m for m in methods for _ in range(METHOD_TABLE[m].strategy_weight)])
+    )
     vocab_size = draw(vocab_sizes(vocab_cap, blocks))
     dtype = draw(st.sampled_from(list(dtypes)))
     kind = draw(st.sampled_from(list(draft_kinds)))
@@ -346,7 +312,7 @@ def spec_batches(
         )
     most = max(len(r.draft_token_ids) for r in requests)
     rates = None
-    if method == "synthetic":
+    if METHOD_TABLE[method].takes_rates:
         if draw(st.booleans()):
             mean = draw(st.floats(0.0, 1.0))
             rates = conditional_rates(*synthetic_params(mean, max(most, 1)), max(most, 1))

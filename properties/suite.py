@@ -1,51 +1,23 @@
-"""What the test modules share: the variants under test, per-profile budgets, and replayable assertions.
+"""What the test modules share: the variants under test, the profile, and replayable assertions.
 
-The Hypothesis profile (``HYPOTHESIS_PROFILE``: ``ci``, ``dev``, ``gpu``, ``nightly``; see
-``properties/conftest.py``) also picks the sample budgets here, so one switch scales the whole suite.
+The profile (``HYPOTHESIS_PROFILE``: ``ci``, ``dev``, ``gpu``, ``nightly``; `properties.profiles`)
+sets the Hypothesis settings and the sample budgets alike, so one switch scales the whole suite.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 
 from kernels import registry
+from properties import profiles
 from properties.checks import Verdict
 from reference.contract import Variant
 from reference.sampler import ReferenceSampler
 
-PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "dev")
-
-
-@dataclass(frozen=True)
-class Budget:
-    """How much work a profile puts into the variant tests.
-
-    Attributes:
-        num_samples: trials per request for the statistical checks of a compiled or plain-Python
-            variant.
-        interpreted_trials: trials per request for a Triton variant running under the interpreter,
-            which only gets the exact checks there (a few milliseconds per program).
-        examples: Hypothesis examples of the generated-batch variant tests.
-        interpreted_examples: the same for an interpreted Triton variant.
-    """
-
-    num_samples: int
-    interpreted_trials: int
-    examples: int
-    interpreted_examples: int
-
-
-BUDGETS = {
-    "ci": Budget(num_samples=2000, interpreted_trials=2, examples=8, interpreted_examples=6),
-    "dev": Budget(num_samples=4000, interpreted_trials=4, examples=20, interpreted_examples=10),
-    "gpu": Budget(num_samples=20000, interpreted_trials=4, examples=25, interpreted_examples=10),
-    "nightly": Budget(num_samples=100000, interpreted_trials=8, examples=250, interpreted_examples=50),
-}
-BUDGET = BUDGETS.get(PROFILE, BUDGETS["dev"])
+PROFILE = profiles.get()
 
 
 def cuda_available() -> bool:
@@ -77,7 +49,7 @@ def replay_hint(seed: int, variant: str) -> str:
     """How to replay the current test: the node, the profile, the variant and the check seed."""
     node = os.environ.get("PYTEST_CURRENT_TEST", "this test").rsplit(" ", 1)[0]
     return (
-        f"replay: HYPOTHESIS_PROFILE={PROFILE} python -m pytest '{node}' (variant {variant}, check seed "
+        f"replay: HYPOTHESIS_PROFILE={PROFILE.name} python -m pytest '{node}' (variant {variant}, check seed "
         f"{seed}); a Hypothesis test prints its @reproduce_failure blob below"
     )
 

@@ -10,20 +10,11 @@ import torch
 from scipy import stats as scipy_stats
 
 from properties import stats
-from properties.canonical import VectorisedSampler
-from properties.checks import (
-    Component,
-    check_law_of_m,
-    check_law_of_y,
-    check_marginal,
-    draw_trials,
-    draw_trials_from_q,
-    law_of_m_components,
-    law_of_y_components,
-    marginal_components,
-)
+from properties.checks import CHECKS, law_of_m, law_of_y, marginal
+from properties.checks.base import Component, draw_trials
 from reference.contract import RequestData, SpecBatch, SpecOutput, make_batch
 from reference.law import F64Array, RequestInputs, request_inputs, request_law
+from reference.walk import WalkSampler
 
 # Every assertion here has false-failure rate 1e-6, split evenly across the assertions of its test.
 ALPHA = 1e-6
@@ -67,7 +58,7 @@ CALIBRATION_CASES = {
 
 @pytest.mark.parametrize("case", list(CALIBRATION_CASES))
 def test_checks_are_calibrated_under_the_reference(case: str) -> None:
-    """Over 200 seeds of the vectorised reference, no check's p-values run small and false failures stay rare.
+    """Over 200 seeds of the walk, no check's p-values run small and false failures stay rare.
 
     Per statistical check: its verdict p-values are not stochastically smaller than uniform (one-sided
     KS; Holm makes them conservative), and its failures at levels 0.01 and 0.05 stay within binomial
@@ -76,23 +67,28 @@ def test_checks_are_calibrated_under_the_reference(case: str) -> None:
     """
     method, one_hot = CALIBRATION_CASES[case]
     batch = _calibration_batch(method, one_hot)
-    sampler = VectorisedSampler()
+    sampler = WalkSampler()
     verdict_pvalues: dict[str, list[float]] = {"law_of_m": [], "law_of_y": [], "marginal": []}
     single: dict[str, list[float]] = {"joint law": [], "marginal at 0": []}
     for seed in range(CALIBRATION_SEEDS):
         trials = draw_trials(sampler, batch, CALIBRATION_TRIALS, seed)
-        law_m, _ = law_of_m_components(batch, trials, ALPHA)
-        law_y, _ = law_of_y_components(batch, trials, ALPHA)
+        law_m, _ = law_of_m.components(batch, trials, ALPHA)
+        law_y, _ = law_of_y.components(batch, trials, ALPHA)
         verdict_pvalues["law_of_m"].append(_family_pvalue(law_m))
         verdict_pvalues["law_of_y"].append(_family_pvalue(law_y))
         single["joint law"].extend(
             c.pvalue for c in law_y if c.what.startswith("joint law") and c.request < 2
         )
         if method != "synthetic":
-            marginal_trials = draw_trials_from_q(sampler, batch, CALIBRATION_TRIALS, seed)
-            marginal, _ = marginal_components(batch, marginal_trials, ALPHA)
-            verdict_pvalues["marginal"].append(_family_pvalue(marginal))
-            single["marginal at 0"].extend(c.pvalue for c in marginal if c.position == 0 and c.request < 2)
+            ids = marginal.drafts_from_q(batch, CALIBRATION_TRIALS, seed)
+            marginal_trials = draw_trials(
+                sampler, batch, CALIBRATION_TRIALS, seed, draft_token_ids=ids, purpose="marginal"
+            )
+            position_tests, _ = marginal.components(batch, marginal_trials, ALPHA)
+            verdict_pvalues["marginal"].append(_family_pvalue(position_tests))
+            single["marginal at 0"].extend(
+                c.pvalue for c in position_tests if c.position == 0 and c.request < 2
+            )
     checked = {name: np.array(p) for name, p in verdict_pvalues.items() if p}
     uniform = {name: np.array(p) for name, p in single.items() if p}
     split = ALPHA / (3 * len(checked) + len(uniform))
@@ -129,7 +125,7 @@ class LawSampler:
     seeds): the replicas of one check run are independent draws, and runs with other seeds differ.
     """
 
-    canonical_rng = False
+    streams = None
 
     def __init__(self, name: str, law: LawFunction = exact, first_only: bool = False) -> None:
         self.name = name
@@ -176,11 +172,11 @@ def _power_batch() -> SpecBatch:
     return make_batch([RequestData(target, [int(np.argmax(draft[0])), 7], draft, 1.0)])
 
 
-def _misses(sampler: LawSampler, check: Callable[..., object], batch: SpecBatch) -> int:
+def _misses(sampler: LawSampler, check: str, batch: SpecBatch) -> int:
     misses = 0
     for seed in range(POWER_RUNS):
-        verdict = check(sampler, batch, num_samples=POWER_TRIALS, alpha=ALPHA, seed=1000 + seed)
-        misses += bool(verdict.passed)  # type: ignore[attr-defined]
+        verdict = CHECKS[check].run(sampler, batch, num_samples=POWER_TRIALS, alpha=ALPHA, seed=1000 + seed)
+        misses += bool(verdict.passed)
     return misses
 
 
@@ -188,9 +184,11 @@ def _misses(sampler: LawSampler, check: Callable[..., object], batch: SpecBatch)
 def test_law_of_y_catches_a_joint_law_moved_by_its_stated_deviation(where: str) -> None:
     """A joint law of (m, y) moved by exactly the stated detectable TV fails in at least 57 of 60 runs."""
     batch = _power_batch()
-    baseline = check_law_of_y(LawSampler("exact"), batch, num_samples=POWER_TRIALS, alpha=ALPHA, seed=1)
+    baseline = CHECKS["law_of_y"].run(
+        LawSampler("exact"), batch, num_samples=POWER_TRIALS, alpha=ALPHA, seed=1
+    )
     assert baseline.passed and baseline.detectable is not None
-    eps = baseline.detectable
+    eps = baseline.detectable.value
 
     def moved(method: str, inputs: RequestInputs) -> tuple[F64Array, F64Array]:
         stop, token = exact(method, inputs)
@@ -200,7 +198,7 @@ def test_law_of_y_catches_a_joint_law_moved_by_its_stated_deviation(where: str) 
         new_stop = planted.sum(axis=1)
         return new_stop, planted / np.where(new_stop > 0, new_stop, 1.0)[:, None]
 
-    misses = _misses(LawSampler(f"joint moved in the {where}", moved), check_law_of_y, batch)
+    misses = _misses(LawSampler(f"joint moved in the {where}", moved), "law_of_y", batch)
     # alpha 1e-6 / 2 per case: power 0.999 at TV eps (about 0.2 here) means at most 3 misses in 60.
     assert misses <= MAX_POWER_MISSES, f"{misses} of {POWER_RUNS} runs missed TV {eps:.4f} in the {where}"
 
@@ -209,9 +207,11 @@ def test_law_of_y_catches_a_joint_law_moved_by_its_stated_deviation(where: str) 
 def test_law_of_m_catches_a_cell_moved_by_its_stated_deviation(direction: float) -> None:
     """P(m = j) moved by exactly the stated detectable deviation, up or down, fails in >= 57 of 60 runs."""
     batch = _power_batch()
-    baseline = check_law_of_m(LawSampler("exact"), batch, num_samples=POWER_TRIALS, alpha=ALPHA, seed=1)
+    baseline = CHECKS["law_of_m"].run(
+        LawSampler("exact"), batch, num_samples=POWER_TRIALS, alpha=ALPHA, seed=1
+    )
     assert baseline.passed and baseline.detectable is not None
-    eps = baseline.detectable
+    eps = baseline.detectable.value
     stop, _ = exact(batch.method, request_inputs(batch)[0])
     # The cell whose detectable deviation is largest (the one nearest 1/2) is moved; the others
     # make up the difference in proportion.
@@ -225,7 +225,7 @@ def test_law_of_m_catches_a_cell_moved_by_its_stated_deviation(direction: float)
         planted[others] *= (1 - planted[target_cell]) / stop[others].sum()
         return planted, token
 
-    misses = _misses(LawSampler("P(m) moved", moved), check_law_of_m, batch)
+    misses = _misses(LawSampler("P(m) moved", moved), "law_of_m", batch)
     # alpha 1e-6 / 2 per case: power 0.999 at the stated deviation means at most 3 misses in 60.
     assert misses <= MAX_POWER_MISSES, f"{misses} of {POWER_RUNS} runs missed a shift of {eps:.4f}"
 
@@ -239,17 +239,17 @@ def test_marginal_catches_a_position_law_moved_by_its_stated_deviation(where: st
         law = request_law(method, inputs)
         return law.stop_probs, law.target_probs[:1]
 
-    baseline = check_marginal(
+    baseline = CHECKS["marginal"].run(
         LawSampler("p_0", first_position, True), batch, num_samples=POWER_TRIALS, seed=1
     )
-    assert baseline is not None and baseline.passed and baseline.detectable is not None
-    eps = baseline.detectable
+    assert baseline.passed and baseline.detectable is not None
+    eps = baseline.detectable.value
 
     def moved(method: str, inputs: RequestInputs) -> tuple[F64Array, F64Array]:
         stop, first = first_position(method, inputs)
         fit = stats.GoodnessOfFit(first[0], POWER_TRIALS)
         return stop, stats.worst_case_deviation(fit, eps, where, 1.0)[None, :]
 
-    misses = _misses(LawSampler(f"p_0 moved in the {where}", moved, first_only=True), check_marginal, batch)
+    misses = _misses(LawSampler(f"p_0 moved in the {where}", moved, first_only=True), "marginal", batch)
     # alpha 1e-6 / 2 per case: power 0.999 at the stated TV means at most 3 misses in 60.
     assert misses <= MAX_POWER_MISSES, f"{misses} of {POWER_RUNS} runs missed TV {eps:.4f} in the {where}"

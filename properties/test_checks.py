@@ -4,31 +4,26 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from unittest import mock
 
 import numpy as np
 import pytest
 import torch
 
-import reference.sampler
-from properties.canonical import VectorisedSampler
 from properties.checks import (
     CHECKS,
     FAILED_EXACT_DISCREPANCY,
+    Deviation,
     Verdict,
-    check_composition,
-    check_coupled,
-    check_invariants,
-    check_law_of_m,
-    check_law_of_y,
-    check_marginal,
+    check,
     compare_variants,
     discrepancy,
     run_checks,
 )
+from properties.checks.coupled import Coupled
 from reference.contract import RequestData, SpecBatch, SpecOutput, make_batch
-from reference.law import F64Array
-from reference.sampler import RequestNoise, canonical_noise, reference_sample
+from reference.methods import Method
+from reference.schemes import CANONICAL, Noise, RandomScheme
+from reference.walk import BatchRows, F64Array, I64Array, WalkSampler
 
 # Each statistical verdict below has alpha 1e-6 (Holm-split across its tests); at N = 2000 trials the
 # law-of-m check detects a shift of about 0.07 in any P(m = j) and the law-of-y check a total
@@ -40,9 +35,11 @@ NUM_SAMPLES = 2000
 class Planted:
     """A sampler with a planted bug, built from the reference by changing its inputs or its noise."""
 
-    def __init__(self, name: str, sample: Callable[[SpecBatch], SpecOutput], canonical_rng: bool) -> None:
+    def __init__(
+        self, name: str, sample: Callable[[SpecBatch], SpecOutput], streams: RandomScheme | None
+    ) -> None:
         self.name = name
-        self.canonical_rng = canonical_rng
+        self.streams = streams
         self._sample = sample
 
     def __call__(self, batch: SpecBatch) -> SpecOutput:
@@ -70,51 +67,52 @@ def _batch(method: str = "probabilistic", slots: bool = False) -> SpecBatch:
     )
 
 
-def _zero_uniform(batch: SpecBatch) -> SpecOutput:
+class ZeroUniform(WalkSampler):
     """M02 (vllm-ascend #13730): the acceptance uniform is always 0, so every draft with p > 0 is accepted."""
-    noise = [
-        RequestNoise(np.zeros_like(z.accept_uniforms), z.sample_uniforms) for z in canonical_noise(batch)
-    ]
-    return reference_sample(batch, noise)
+
+    def accept_uniforms(self, seed: I64Array, step: I64Array, position: int) -> F64Array:
+        return np.zeros(seed.shape)
 
 
-def _unclamped_residual(target: F64Array, draft: F64Array) -> F64Array:
+class UnclampedResidual(WalkSampler):
     """M03: ``p - q`` used without ``max(., 0)``, normalised by the mass of its positive part."""
-    residual = target - draft
-    mass = np.maximum(residual, 0.0).sum()
-    return residual / mass if mass > 0 else target
+
+    def rejection_token(
+        self, method: Method, p: F64Array, q: F64Array, ids: I64Array, noise: Noise, u: F64Array
+    ) -> I64Array:
+        residual = p - q
+        mass = np.maximum(residual, 0.0).sum(axis=-1, keepdims=True)
+        # Negative weights make log() NaN, as they would in a kernel; argmax then takes the first NaN.
+        with np.errstate(invalid="ignore"):
+            return self.sample(np.where(mass > 0, residual / np.maximum(mass, 1e-300), p), noise)
 
 
-def _unclamped(batch: SpecBatch) -> SpecOutput:
-    # Negative weights make log() NaN, as they would in a kernel; numpy's argmax then takes the first NaN.
-    with (
-        mock.patch.object(reference.sampler, "residual_law", _unclamped_residual),
-        np.errstate(invalid="ignore"),
-    ):
-        return reference_sample(batch)
-
-
-def _first_seed_only(batch: SpecBatch) -> SpecOutput:
+class FirstSeedOnly(WalkSampler):
     """M18 (FlashInfer #4861): every request uses ``seed[0]``."""
-    return VectorisedSampler()(dataclasses.replace(batch, seed=batch.seed[:1].expand_as(batch.seed).clone()))
+
+    def read(self, batch: SpecBatch) -> BatchRows:
+        rows = super().read(batch)
+        return dataclasses.replace(rows, seed=np.full_like(rows.seed, rows.seed[0]))
 
 
-def _greedy_sampled(batch: SpecBatch) -> SpecOutput:
+class GreedySampled(WalkSampler):
     """M14 (early MRV2): greedy rows sent through the sampling path at temperature 1."""
-    temperature = torch.where(batch.temperature == 0, 1.0, batch.temperature)
-    return VectorisedSampler()(dataclasses.replace(batch, temperature=temperature))
+
+    def read(self, batch: SpecBatch) -> BatchRows:
+        rows = super().read(batch)
+        return dataclasses.replace(rows, temperature=np.where(rows.temperature == 0, 1.0, rows.temperature))
 
 
-def _shared_uniform(batch: SpecBatch) -> SpecOutput:
+class SharedUniform(WalkSampler):
     """M10 (MRV2 block mode): one acceptance uniform shared by every position of a request."""
-    noise = [
-        RequestNoise(
-            np.full_like(z.accept_uniforms, z.accept_uniforms[0] if z.accept_uniforms.size else 0),
-            z.sample_uniforms,
-        )
-        for z in canonical_noise(batch)
-    ]
-    return reference_sample(batch, noise)
+
+    def accept_uniforms(self, seed: I64Array, step: I64Array, position: int) -> F64Array:
+        return super().accept_uniforms(seed, step, 0)
+
+
+def _blind(sampler: WalkSampler) -> Planted:
+    """The sampler presented as foreign: no scheme, so no coupled check."""
+    return Planted(sampler.name, sampler, None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -124,32 +122,33 @@ def _shared_uniform(batch: SpecBatch) -> SpecOutput:
 def test_run_checks_returns_one_verdict_per_applicable_check_in_order() -> None:
     """A canonical variant gets all seven checks in order; others lose coupled, synthetic batches marginal."""
     batch = _batch()
-    verdicts = run_checks(VectorisedSampler(), batch, num_samples=200, seed=1)
+    verdicts = run_checks(WalkSampler(), batch, num_samples=200, seed=1)
     assert [v.check for v in verdicts] == list(CHECKS)
-    assert all(isinstance(v, Verdict) and v.passed and v.variant == "vectorised" for v in verdicts)
-    foreign = Planted("foreign", VectorisedSampler(), canonical_rng=False)
+    assert all(isinstance(v, Verdict) and v.passed and v.variant == "walk" for v in verdicts)
+    foreign = _blind(WalkSampler())
     assert "coupled" not in [v.check for v in run_checks(foreign, batch, num_samples=200, seed=1)]
-    assert check_coupled(foreign, batch, num_samples=10) is None
-    synthetic = run_checks(VectorisedSampler(), _batch("synthetic"), num_samples=200, seed=1)
+    assert check("coupled", foreign, batch, num_samples=10) is None
+    synthetic = run_checks(WalkSampler(), _batch("synthetic"), num_samples=200, seed=1)
     assert "marginal" not in [v.check for v in synthetic]
-    assert check_marginal(VectorisedSampler(), _batch("synthetic"), num_samples=10) is None
+    assert check("marginal", WalkSampler(), _batch("synthetic"), num_samples=10) is None
     with pytest.raises(ValueError, match="checks"):
-        run_checks(VectorisedSampler(), batch, checks=("invariants", "speed"))
+        run_checks(WalkSampler(), batch, checks=("invariants", "speed"))
 
 
 def test_verdicts_state_their_numbers() -> None:
     """Statistical verdicts carry alpha, p-value, statistic and detectable deviation; exact ones a rate."""
-    by_check = {
-        v.check: v for v in run_checks(VectorisedSampler(), _batch(), num_samples=NUM_SAMPLES, seed=2)
-    }
-    for name in ("law_of_m", "law_of_y", "marginal"):
+    by_check = {v.check: v for v in run_checks(WalkSampler(), _batch(), num_samples=NUM_SAMPLES, seed=2)}
+    units = {"law_of_m": "probability", "law_of_y": "total variation", "marginal": "total variation"}
+    for name, unit in units.items():
         v = by_check[name]
         assert v.alpha == ALPHA and v.pvalue is not None and 0 <= v.pvalue <= 1 and v.statistic is not None
-        assert v.detectable is not None and 0 < v.detectable < 0.2, (name, v.detectable)
+        assert v.detectable is not None and 0 < v.detectable.value < 0.2, (name, v.detectable)
+        assert v.detectable.unit == unit and unit in v.message
         assert v.num_samples == 3 * NUM_SAMPLES and v.seconds >= 0 and "alpha=1e-06" in v.message
     for name in ("invariants", "coupled", "composition", "determinism"):
         v = by_check[name]
-        assert v.pvalue is None and v.detectable is not None and 0 < v.detectable < 1
+        assert v.pvalue is None and v.detectable is not None and 0 < v.detectable.value < 1
+        assert v.detectable.unit == "rate per sample"
 
 
 def test_the_seed_replays_every_verdict() -> None:
@@ -159,19 +158,30 @@ def test_the_seed_replays_every_verdict() -> None:
     def strip(verdicts: list[Verdict]) -> list[Verdict]:
         return [dataclasses.replace(v, seconds=0.0) for v in verdicts]
 
-    first = strip(run_checks(VectorisedSampler(), batch, num_samples=300, seed=11))
-    assert strip(run_checks(VectorisedSampler(), batch, num_samples=300, seed=11)) == first
-    other = strip(run_checks(VectorisedSampler(), batch, num_samples=300, seed=12))
+    first = strip(run_checks(WalkSampler(), batch, num_samples=300, seed=11))
+    assert strip(run_checks(WalkSampler(), batch, num_samples=300, seed=11)) == first
+    other = strip(run_checks(WalkSampler(), batch, num_samples=300, seed=12))
     assert [v.statistic for v in other] != [v.statistic for v in first]
 
 
 def test_discrepancy_grows_with_the_evidence() -> None:
     """discrepancy is -log10 of the smallest p-value, 1000 for a failed exact check, 0 for nothing."""
-    base = Verdict("law_of_m", True, "v", None, None, 1.0, 0.01, ALPHA, 0.1, 10, 0.0, "")
+    base = Verdict(
+        check="law_of_m",
+        status="pass",
+        variant="v",
+        message="",
+        num_samples=10,
+        seconds=0.0,
+        statistic=1.0,
+        pvalue=0.01,
+        alpha=ALPHA,
+        detectable=Deviation(0.1, "probability"),
+    )
     assert discrepancy([]) == 0.0
     assert discrepancy([base]) == pytest.approx(2.0)
     assert discrepancy([base, dataclasses.replace(base, pvalue=0.0)]) == pytest.approx(300.0)
-    failed = dataclasses.replace(base, check="invariants", passed=False, pvalue=None)
+    failed = dataclasses.replace(base, check="invariants", status="fail", pvalue=None)
     assert discrepancy([base, failed]) == FAILED_EXACT_DISCREPANCY
 
 
@@ -181,7 +191,7 @@ def test_a_variant_that_raises_fails_every_check() -> None:
     def broken(batch: SpecBatch) -> SpecOutput:
         raise RuntimeError("kernel launch failed")
 
-    verdicts = run_checks(Planted("broken", broken, canonical_rng=True), _batch(), num_samples=20)
+    verdicts = run_checks(Planted("broken", broken, CANONICAL), _batch(), num_samples=20)
     assert [v.check for v in verdicts] == list(CHECKS)
     assert all(not v.passed and "kernel launch failed" in v.message for v in verdicts)
 
@@ -190,18 +200,18 @@ def test_a_malformed_output_breaks_the_invariants() -> None:
     """An int32 token tensor breaks the output contract, and the invariants say so."""
 
     def int32_tokens(batch: SpecBatch) -> SpecOutput:
-        output = VectorisedSampler()(batch)
+        output = WalkSampler()(batch)
         return dataclasses.replace(output, token_ids=output.token_ids.to(torch.int32))
 
-    verdict = check_invariants(Planted("int32", int32_tokens, canonical_rng=True), _batch(), num_samples=20)
-    assert not verdict.passed and "token_ids" in verdict.message
+    verdict = check("invariants", Planted("int32", int32_tokens, CANONICAL), _batch(), num_samples=20)
+    assert verdict is not None and not verdict.passed and "token_ids" in verdict.message
 
 
 def test_coupled_replays_a_bounded_share_of_large_batches() -> None:
     """Coupling replays only the first trials of each request once the logits pass max_elements."""
     batch = _batch()
-    verdict = check_coupled(VectorisedSampler(), batch, num_samples=100, seed=1, max_elements=3 * 24 * 4 * 10)
-    assert verdict is not None and verdict.passed and verdict.num_samples == 3 * 10, verdict.message
+    verdict = Coupled(max_elements=3 * 24 * 4 * 10).run(WalkSampler(), batch, num_samples=100, seed=1)
+    assert verdict.passed and verdict.num_samples == 3 * 10, verdict.message
 
 
 # ---------------------------------------------------------------------------------------------
@@ -211,51 +221,48 @@ def test_coupled_replays_a_bounded_share_of_large_batches() -> None:
 def test_law_of_m_kills_a_zero_uniform() -> None:
     """M02 (vllm-ascend #13730): with u = 0 every draft is accepted; the law of m and coupling reject it."""
     batch = _batch()
-    planted = Planted("M02", _zero_uniform, canonical_rng=False)
-    verdict = check_law_of_m(planted, batch, num_samples=500, alpha=ALPHA, seed=3)
-    assert not verdict.passed and verdict.pvalue is not None and verdict.pvalue < ALPHA, verdict.message
-    coupled = check_coupled(Planted("M02", _zero_uniform, canonical_rng=True), batch, num_samples=100, seed=3)
+    verdict = check("law_of_m", _blind(ZeroUniform()), batch, num_samples=500, alpha=ALPHA, seed=3)
+    assert verdict is not None and not verdict.passed, verdict
+    assert verdict.pvalue is not None and verdict.pvalue < ALPHA, verdict.message
+    coupled = check("coupled", ZeroUniform(), batch, num_samples=100, seed=3)
     assert coupled is not None and not coupled.passed, coupled.message
-    assert check_law_of_m(VectorisedSampler(), batch, num_samples=NUM_SAMPLES, alpha=ALPHA, seed=3).passed
+    correct = check("law_of_m", WalkSampler(), batch, num_samples=NUM_SAMPLES, alpha=ALPHA, seed=3)
+    assert correct is not None and correct.passed
 
 
 def test_law_of_y_kills_an_unclamped_residual() -> None:
     """M03: a residual p - q without max(., 0) puts mass where p < q; law of y and marginal reject it."""
     batch = _batch()
-    planted = Planted("M03", _unclamped, canonical_rng=False)
-    verdict = check_law_of_y(planted, batch, num_samples=500, alpha=ALPHA, seed=4)
-    assert not verdict.passed and verdict.pvalue is not None and verdict.pvalue < ALPHA, verdict.message
-    marginal = check_marginal(planted, batch, num_samples=500, alpha=ALPHA, seed=4)
+    planted = _blind(UnclampedResidual())
+    verdict = check("law_of_y", planted, batch, num_samples=500, alpha=ALPHA, seed=4)
+    assert verdict is not None and not verdict.passed, verdict
+    assert verdict.pvalue is not None and verdict.pvalue < ALPHA, verdict.message
+    marginal = check("marginal", planted, batch, num_samples=500, alpha=ALPHA, seed=4)
     assert marginal is not None and not marginal.passed, marginal.message
 
 
 def test_composition_kills_a_batch_level_seed() -> None:
     """M18 (FlashInfer #4861): every request drawing from seed[0] changes with its neighbours."""
-    verdict = check_composition(
-        Planted("M18", _first_seed_only, canonical_rng=True), _batch(slots=True), seed=5
-    )
-    assert not verdict.passed and "shuffled" in verdict.message, verdict.message
-    assert check_composition(VectorisedSampler(), _batch(slots=True), seed=5).passed
+    verdict = check("composition", FirstSeedOnly(), _batch(slots=True), seed=5)
+    assert verdict is not None and not verdict.passed and "shuffled" in verdict.message, verdict
+    correct = check("composition", WalkSampler(), _batch(slots=True), seed=5)
+    assert correct is not None and correct.passed
 
 
 def test_invariants_kill_greedy_rows_on_the_sampling_path() -> None:
     """M14 (early MRV2): a greedy row sampled at temperature 1 leaves its argmax chain."""
-    verdict = check_invariants(
-        Planted("M14", _greedy_sampled, canonical_rng=True), _batch(), num_samples=200, seed=6
-    )
-    assert not verdict.passed and "greedy" in verdict.message and verdict.request == 2, verdict.message
+    verdict = check("invariants", GreedySampled(), _batch(), num_samples=200, seed=6)
+    assert verdict is not None and not verdict.passed, verdict
+    assert "greedy" in verdict.message and verdict.request == 2, verdict.message
 
 
 def test_two_variants_are_told_apart_without_the_exact_law() -> None:
     """The two-sample comparison accepts two correct variants and rejects an unclamped residual (M03)."""
     batch = _batch()
-    same = compare_variants(
-        VectorisedSampler(), Planted("copy", VectorisedSampler(), False), batch, num_samples=800
-    )
-    assert not same.reject, same.reason
-    planted = Planted("M03", _unclamped, canonical_rng=False)
-    differ = compare_variants(VectorisedSampler(), planted, batch, num_samples=800, seed=1)
-    assert differ.reject, differ.reason
+    same = compare_variants(WalkSampler(), _blind(WalkSampler()), batch, num_samples=800)
+    assert same.passed and same.detectable is not None and same.detectable.unit == "total variation", same
+    differ = compare_variants(WalkSampler(), _blind(UnclampedResidual()), batch, num_samples=800, seed=1)
+    assert not differ.passed, differ.message
 
 
 def test_law_of_m_kills_a_uniform_shared_across_positions() -> None:
@@ -269,6 +276,5 @@ def test_law_of_m_kills_a_uniform_shared_across_positions() -> None:
         p = np.exp(target[i, d]) / np.exp(target[i]).sum()
         draft[i, d] += np.log(2 * (1 - p) / (1 - 2 * p))  # q(d) = 2 p(d): every a_i = 1/2
     batch = make_batch([RequestData(target, ids, draft, 1.0, seed=1)])
-    planted = Planted("M10", _shared_uniform, canonical_rng=False)
-    verdict = check_law_of_m(planted, batch, num_samples=NUM_SAMPLES, alpha=ALPHA, seed=9)
-    assert not verdict.passed, verdict.message
+    verdict = check("law_of_m", _blind(SharedUniform()), batch, num_samples=NUM_SAMPLES, alpha=ALPHA, seed=9)
+    assert verdict is not None and not verdict.passed, verdict

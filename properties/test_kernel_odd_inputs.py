@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from kernels.agreement import coupled_agreement, hard_invariants
 from kernels.rejection import rejection_sample
+from properties.checks.coupled import agreement
+from properties.checks.invariants import violations
 from reference.contract import RequestData, SpecBatch, SpecOutput, make_batch, split_output
 
 DEVICE = "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu"
@@ -20,8 +21,8 @@ INF, NAN = np.inf, np.nan
 def _sample(batch: SpecBatch, **options: bool) -> SpecOutput:
     """Sample and check the hard invariants and coupled agreement with the reference."""
     output = rejection_sample(batch, **options)
-    assert hard_invariants(batch, output) == []
-    assert coupled_agreement(batch, output).unexplained == []
+    assert violations(batch, output) == []
+    assert agreement(batch, output).unexplained == []
     return output
 
 

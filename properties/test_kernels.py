@@ -12,8 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kernels import registry, rejection
-from kernels.agreement import coupled_agreement, hard_invariants
 from kernels.rejection import rejection_sample, vocab_layout
+from properties.checks.coupled import agreement
+from properties.checks.invariants import violations
 from reference.contract import METHODS, RequestData, SpecBatch, SpecOutput, make_batch, split_output
 from reference.sampler import reference_sample
 
@@ -113,12 +114,12 @@ def _requests(output: SpecOutput) -> list[tuple[list[int], list[float] | None]]:
 def test_invariants_hold_and_only_near_ties_disagree_with_the_reference(batch: SpecBatch) -> None:
     """Every output keeps the hard invariants and equals reference_sample except at near ties."""
     output = rejection_sample(batch)
-    assert hard_invariants(batch, output) == []
-    agreement = coupled_agreement(batch, output)
-    assert agreement.unexplained == []
+    assert violations(batch, output) == []
+    found = agreement(batch, output)
+    assert found.unexplained == []
     reference = reference_sample(batch)
     differ = output.token_ids.cpu() != reference.token_ids.cpu()
-    assert agreement.mismatches == int(differ.any(dim=1).sum())
+    assert found.mismatches == int(differ.any(dim=1).sum())
 
 
 @given(batch=batches(max_requests=3, max_drafts=3), data=st.data())
@@ -191,11 +192,11 @@ def test_near_ties_are_rare_on_ordinary_batches(method: str) -> None:
     ]
     batch = make_batch(requests, method=method, synthetic_rates=[0.9, 0.8, 0.7], device=DEVICE)
     output = rejection_sample(batch)
-    agreement = coupled_agreement(batch, output)
-    assert agreement.unexplained == []
-    assert agreement.near_ties <= 0.01 * agreement.num_decisions
-    assert agreement.mismatches <= agreement.near_ties
-    assert hard_invariants(batch, output) == []
+    found = agreement(batch, output)
+    assert found.unexplained == []
+    assert found.near_ties <= 0.01 * found.num_decisions
+    assert found.mismatches <= found.near_ties
+    assert violations(batch, output) == []
 
 
 def test_split_vocabulary_agrees_with_the_reference() -> None:
@@ -217,8 +218,8 @@ def test_split_vocabulary_agrees_with_the_reference() -> None:
     for method in METHODS:
         batch = make_batch(requests, method=method, synthetic_rates=[0.5], device=DEVICE)
         output = rejection_sample(batch)
-        assert hard_invariants(batch, output) == []
-        assert coupled_agreement(batch, output).unexplained == []
+        assert violations(batch, output) == []
+        assert agreement(batch, output).unexplained == []
 
 
 @pytest.mark.parametrize("name", ["triton", "torch"])
@@ -226,8 +227,8 @@ def test_split_vocabulary_agrees_with_the_reference() -> None:
 def test_registered_variants_keep_the_invariants(name: str, batch: SpecBatch) -> None:
     """Every registered sampler keeps the hard invariants; the canonical flag says which streams it uses."""
     variant = registry.get(name)
-    assert variant.canonical_rng == (name == "triton")
-    assert hard_invariants(batch, variant(batch)) == []
+    assert (variant.streams is not None) == (name == "triton")
+    assert violations(batch, variant(batch)) == []
 
 
 def test_torch_sampler_is_deterministic_per_request() -> None:
@@ -250,8 +251,8 @@ def test_torch_sampler_is_deterministic_per_request() -> None:
 def test_large_vocabularies_agree_with_the_reference(batch: SpecBatch) -> None:
     """On the GPU, large vocabularies keep the invariants and agree with the reference except at near ties."""
     output = rejection_sample(batch, check_values=True)
-    assert hard_invariants(batch, output) == []
-    assert coupled_agreement(batch, output).unexplained == []
+    assert violations(batch, output) == []
+    assert agreement(batch, output).unexplained == []
 
 
 @pytest.mark.gpu
@@ -294,7 +295,7 @@ def test_rows_past_two_to_the_31_elements(method: str) -> None:
     alone = rejection_sample(small)
     assert torch.equal(alone.token_ids, output.token_ids[tail])
     assert torch.equal(alone.num_emitted, output.num_emitted[tail])
-    assert coupled_agreement(small, alone).unexplained == []
+    assert agreement(small, alone).unexplained == []
 
 
 def test_plan_key_tells_structures_apart() -> None:

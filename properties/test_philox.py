@@ -1,4 +1,4 @@
-"""`reference.philox` is Philox4x32-10 and bit-identical to Triton's tl.randint and tl.rand."""
+"""`reference.philox` and the schemes built on it are bit-identical to Triton's tl.randint and tl.rand."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import triton
 import triton.language as tl
 
 from reference import philox
-from reference.sampler import ACCEPT_PURPOSE, SAMPLE_PURPOSE, stream_offsets
+from reference.schemes import ACCEPT_PURPOSE, MRV2, RAND_MIN, SAMPLE_PURPOSE, stream_offsets
 
 # Known-answer vectors of Random123 (kat_vectors, philox4x32 with 10 rounds): counter, key, output.
 KNOWN_ANSWERS = [
@@ -107,3 +107,47 @@ def test_stream_offsets_layout() -> None:
         int(stream_offsets(2**32 - 1, 127, 1, 2**22 - 1))
         == ((((2**32 - 1) * 128 + 127) * 4 + 1) << 22) + 2**22 - 1
     )
+
+
+@triton.jit
+def _mrv2_probe(seed_ptr, pos_ptr, accept_ptr, noise_ptr, NUM: tl.constexpr, VOCAB: tl.constexpr):
+    """Write the mrv2 scheme's acceptance uniform and the noise uniforms of each (seed, pos) row.
+
+    Args:
+        seed_ptr: [NUM] int64 seeds.
+        pos_ptr: [NUM] int64 positions.
+        accept_ptr: [NUM] float32 output: max(tl.rand(seed, pos), 2**-31).
+        noise_ptr: [NUM, VOCAB] float32 output: max(tl.rand(tl.randint(seed, pos), token), 2**-31).
+    """
+    # One program per row; VOCAB lanes.
+    row = tl.program_id(0)
+    seed = tl.load(seed_ptr + row)
+    pos = tl.load(pos_ptr + row)
+    tl.store(accept_ptr + row, tl.maximum(tl.rand(seed, pos), 4.6566127342e-10))
+    tokens = tl.arange(0, VOCAB)
+    row_hash = tl.randint(seed, pos)
+    tl.store(noise_ptr + row * VOCAB + tokens, tl.maximum(tl.rand(row_hash, tokens), 4.6566127342e-10))
+
+
+def test_mrv2_scheme_is_bit_identical_to_triton() -> None:
+    """The mrv2 scheme's uniforms are Triton's, the hashed row key zero-extended from uint32."""
+    rng = np.random.default_rng(20261123)
+    seeds = np.concatenate([[0, -1, 2**63 - 1, -(2**63), 2**32 + 5], rng.integers(-(2**63), 2**63 - 1, 11)])
+    steps = np.concatenate([[0, 1, 2**31, 2**32 - 9, 7], rng.integers(0, 2**32 - 8, 11)]).astype(np.int64)
+    positions = rng.integers(0, 8, seeds.size)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    vocab = 64
+    accept = torch.empty(seeds.size, dtype=torch.float32, device=device)
+    noise = torch.empty(seeds.size, vocab, dtype=torch.float32, device=device)
+    _mrv2_probe[(seeds.size,)](
+        torch.as_tensor(seeds, device=device),
+        torch.as_tensor(steps + positions, device=device),
+        accept,
+        noise,
+        NUM=seeds.size,
+        VOCAB=vocab,
+    )
+    np.testing.assert_array_equal(MRV2.accept_uniforms(seeds, steps, positions), accept.cpu().numpy())
+    expected = MRV2.gumbel_noise(seeds, steps, positions, vocab)
+    np.testing.assert_array_equal(expected.uniforms, noise.cpu().numpy())
+    assert expected.uniforms.min() >= np.float32(RAND_MIN)

@@ -8,7 +8,7 @@ import pytest
 from properties.stats import goodness_of_fit
 from reference.contract import RequestData, make_batch, split_output
 from reference.law import exact_law
-from reference.sampler import RequestNoise, canonical_noise, reference_sample
+from reference.sampler import RequestNoise, reference_sample, scheme_noise
 
 NUM_SAMPLES = 4000
 # alpha per assertion; at N = 4000 over <= 24 pooled cells the G-test detects TV >= 0.082 with power 0.999.
@@ -76,7 +76,7 @@ def test_zero_uniform_never_accepts_a_zero_probability_draft() -> None:
     """At u = 0 the strict `>` still rejects a draft of target probability 0 (M01)."""
     target = np.array([[-np.inf, 0.0, 0.0], [0.0, 0.0, 0.0]])
     batch = make_batch([RequestData(target, [0], np.zeros((1, 3)))])
-    noise = [RequestNoise(np.zeros(1, dtype=np.float32), canonical_noise(batch)[0].sample_uniforms)]
+    noise = [RequestNoise(np.zeros(1), scheme_noise(batch)[0].gumbel)]
     request = split_output(reference_sample(batch, noise))[0]
     assert request.num_accepted == 0
     assert request.token_ids[0] in (1, 2)

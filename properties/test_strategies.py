@@ -8,8 +8,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from properties import strategies
-from properties.strategies import FAMILIES, choose_drafts, family_logits, profile_sizes, vocab_sizes
+from properties import profiles, strategies
+from properties.strategies import FAMILIES, choose_drafts, family_logits, vocab_sizes
 from reference.contract import SpecBatch
 from reference.law import row_probs
 
@@ -18,7 +18,7 @@ from reference.law import row_probs
 def test_spec_batches_are_valid_and_within_the_profile(batch: SpecBatch) -> None:
     """Every generated batch validates and stays within the ci profile's sizes."""
     batch.validate()
-    sizes = profile_sizes("ci")
+    sizes = profiles.get("ci").sizes
     assert batch.vocab_size <= sizes.max_vocab
     assert 1 <= batch.num_requests <= sizes.max_requests
     assert max(batch.num_drafts()) <= sizes.max_drafts

@@ -9,24 +9,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from properties import strategies
-from properties.canonical import VectorisedSampler
-from properties.checks import (
-    check_invariants,
-    check_law_of_m,
-    check_law_of_y,
-    compare_variants,
-    draw_trials,
-    run_checks,
-)
+from properties.checks import CHECKS, compare_variants, run_checks
+from properties.checks.base import draw_trials
 from properties.suite import (
-    BUDGET,
+    PROFILE,
     assert_verdicts,
     load_variant,
     slow_under_interpreter,
     variant_names,
 )
-from reference.contract import RequestData, SpecBatch, make_batch
+from reference.contract import METHODS, RequestData, SpecBatch, make_batch
 from reference.synthetic import conditional_rates, synthetic_params
+from reference.walk import WalkSampler
 
 # Every statistical verdict has alpha 1e-6 (Holm-split across its tests, requests and positions) and
 # states its detectable deviation; at 2,000 trials per request the law of m detects a shift of about
@@ -41,7 +35,7 @@ REFERENCE_SHARE = 4
 
 
 def _num_samples(name: str) -> int:
-    return BUDGET.num_samples // REFERENCE_SHARE if name == "reference" else BUDGET.num_samples
+    return PROFILE.num_samples // REFERENCE_SHARE if name == "reference" else PROFILE.num_samples
 
 
 def _seeds() -> st.SearchStrategy[int]:
@@ -58,9 +52,9 @@ def test_exact_checks_hold_on_generated_batches(name: str) -> None:
     variant = load_variant(name)
     slow = slow_under_interpreter(name)
     sizes = {"max_requests": 2, "max_drafts": 3} if slow else {}
-    trials = BUDGET.interpreted_trials if slow else 20
+    trials = PROFILE.interpreted_trials if slow else 20
 
-    @settings(max_examples=BUDGET.interpreted_examples if slow else BUDGET.examples)
+    @settings(max_examples=PROFILE.interpreted_examples if slow else PROFILE.variant_examples)
     @given(batch=strategies.spec_batches(profile="ci", **sizes), seed=_seeds())
     def check(batch: SpecBatch, seed: int) -> None:
         assert_verdicts(run_checks(variant, batch, checks=EXACT, num_samples=trials, seed=seed), seed=seed)
@@ -76,7 +70,7 @@ def test_statistical_checks_hold_on_generated_batches(name: str) -> None:
     variant = load_variant(name)
     num_samples = _num_samples(name) // 2
 
-    @settings(max_examples=BUDGET.examples)
+    @settings(max_examples=PROFILE.variant_examples)
     @given(batch=strategies.spec_batches(profile="ci", max_requests=3, max_vocab=1100), seed=_seeds())
     def check(batch: SpecBatch, seed: int) -> None:
         verdicts = run_checks(variant, batch, checks=STATISTICAL, num_samples=num_samples, seed=seed)
@@ -150,13 +144,13 @@ def test_all_checks_hold_on_fixed_shapes(name: str, case: str) -> None:
 
 
 @pytest.mark.parametrize("name", VARIANTS)
-def test_every_variant_draws_what_the_vectorised_reference_draws(name: str) -> None:
-    """Compared with the vectorised reference by a two-sample G-test, each variant draws the same (m, y)."""
+def test_every_variant_draws_what_the_walk_draws(name: str) -> None:
+    """Compared with the walk by a two-sample G-test, each variant draws the same (m, y)."""
     if slow_under_interpreter(name):
         pytest.skip("the statistical checks of an interpreted Triton variant run in the gpu tier")
     # alpha 1e-6 Holm-split over the requests; the result states the TV it detects (about 0.2 here).
-    result = compare_variants(load_variant(name), VectorisedSampler(), fixed_batch("flat drafts"), seed=5)
-    assert not result.reject, result.reason
+    result = compare_variants(load_variant(name), WalkSampler(), fixed_batch("flat drafts"), seed=5)
+    assert result.passed, result.message
 
 
 # ---------------------------------------------------------------------------------------------
@@ -177,7 +171,7 @@ def test_gpu_all_checks_hold_on_generated_batches(name: str) -> None:
 
     @given(batch=strategies.spec_batches(profile="gpu", max_requests=8, device="cuda"), seed=_seeds())
     def check(batch: SpecBatch, seed: int) -> None:
-        num_samples = _gpu_trials(batch, BUDGET.num_samples)
+        num_samples = _gpu_trials(batch, PROFILE.num_samples)
         assert_verdicts(run_checks(variant, batch, num_samples=num_samples, seed=seed), seed=seed)
 
     check()
@@ -187,7 +181,7 @@ LARGE_VOCABULARIES = (32000, 128256, 151936, 262144)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("method", ["probabilistic", "strict", "synthetic"])
+@pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("vocab_size", LARGE_VOCABULARIES)
 @pytest.mark.parametrize("name", GPU_VARIANTS)
 def test_gpu_checks_hold_at_production_vocabularies(name: str, vocab_size: int, method: str) -> None:
@@ -202,7 +196,7 @@ def test_gpu_checks_hold_at_production_vocabularies(name: str, vocab_size: int, 
         requests, method=method, synthetic_rates=[0.9, 0.8, 0.7, 0.6], dtype=torch.bfloat16, device="cuda"
     )  # type: ignore[arg-type]
     seed = LARGE_VOCABULARIES.index(vocab_size)
-    num_samples = _gpu_trials(batch, BUDGET.num_samples)
+    num_samples = _gpu_trials(batch, PROFILE.num_samples)
     assert_verdicts(run_checks(load_variant(name), batch, num_samples=num_samples, seed=seed), seed=seed)
 
 
@@ -219,8 +213,6 @@ def test_gpu_one_call_past_int32_offsets(name: str) -> None:
     variant = load_variant(name)
     trials = draw_trials(variant, batch, num_trials, seed=23, max_elements=1 << 32)
     verdicts = [
-        check_invariants(variant, batch, trials=trials),
-        check_law_of_m(variant, batch, trials=trials),
-        check_law_of_y(variant, batch, trials=trials),
+        CHECKS[name].run(variant, batch, trials=trials) for name in ("invariants", "law_of_m", "law_of_y")
     ]
     assert_verdicts(verdicts, seed=23)

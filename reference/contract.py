@@ -1,9 +1,9 @@
 """The contract every sampler implements: `SpecBatch` in, `SpecOutput` out.
 
 A sampler, ours or foreign, is a `Variant`: a callable ``SpecBatch -> SpecOutput`` with a ``name``
-and a ``canonical_rng`` flag. This module defines the two data types, validates them (every error
-names the argument and the bad value), and offers helpers to build a batch from per-request data
-and to split an output per request.
+and the random scheme it draws from (``streams``). This module defines the two data types,
+validates them (every error names the argument and the bad value), and offers helpers to build a
+batch from per-request data and to split an output per request.
 
 Layout of a batch with ``B`` requests, request ``b`` holding ``n_b >= 0`` drafts:
 
@@ -17,13 +17,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import torch
 
-Method = Literal["strict", "probabilistic", "synthetic"]
-METHODS: tuple[Method, ...] = ("strict", "probabilistic", "synthetic")
+from reference.methods import METHODS as METHOD_TABLE
+from reference.methods import MethodName as Method
+from reference.schemes import RandomScheme
+
+METHODS: tuple[str, ...] = tuple(METHOD_TABLE)
 
 LOGIT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 INDEX_DTYPES = (torch.int32, torch.int64)
@@ -131,12 +134,12 @@ class SpecOutput:
 class Variant(Protocol):
     """A rejection sampler under test: ``SpecBatch -> SpecOutput``.
 
-    ``canonical_rng`` is true when the sampler draws its randomness from the canonical streams
-    (`reference.sampler.canonical_noise`), which makes the coupled check possible.
+    ``streams`` is the random scheme the sampler draws from (`reference.schemes`), which the
+    float64 walk replays for the coupled check; ``None`` for a sampler with its own generator.
     """
 
     name: str
-    canonical_rng: bool
+    streams: RandomScheme | None
 
     def __call__(self, batch: SpecBatch) -> SpecOutput: ...
 
@@ -223,10 +226,10 @@ def validate_batch(batch: SpecBatch, *, check_values: bool = True) -> None:
             if slot.shape[0] != num_requests:
                 raise _fail("draft_slot", f"has shape {tuple(slot.shape)}; expected [B] = [{num_requests}]")
 
-    if batch.method == "synthetic":
+    if METHOD_TABLE[batch.method].takes_rates:
         rates = batch.synthetic_rates
         if rates is None:
-            raise _fail("synthetic_rates", "is None; method 'synthetic' needs [K] conditional rates")
+            raise _fail("synthetic_rates", f"is None; method {batch.method!r} needs [K] conditional rates")
         _check_tensor("synthetic_rates", rates, (1,), (torch.float64,), device)
     if batch.max_num_drafts is not None and not 0 <= batch.max_num_drafts <= MAX_NUM_DRAFTS:
         raise _fail(
@@ -281,7 +284,7 @@ def _validate_values(batch: SpecBatch, num_draft_rows: int) -> None:
         if max_count > capacity:
             raise _fail("draft_logits", f"holds K = {capacity} drafts per slot; a request has {max_count}")
 
-    if batch.method == "synthetic":
+    if METHOD_TABLE[batch.method].takes_rates:
         assert batch.synthetic_rates is not None
         rates = batch.synthetic_rates.detach().cpu()
         if rates.shape[0] < max_count:

@@ -2,17 +2,13 @@
 
 Per request, with target laws ``p_0 .. p_n`` (row ``n`` is the bonus row), draft laws
 ``q_0 .. q_{n-1}`` and drafts ``d_i``, the output is ``(m, y)``: ``m`` drafts accepted, then one
-emitted token ``y``.
+emitted token ``y``. Position ``i`` follows the rules of `reference.methods`:
 
-- probabilistic: accept ``d_i`` with probability ``min(1, p_i(d_i) / q_i(d_i))`` (the decision
-  ``p_i(d_i) > u * q_i(d_i)`` is strict, so a token with ``p = 0`` is never accepted). On the first
-  rejection at ``j``, ``y ~ (p_j - q_j)+`` normalised; if that residual has no mass, ``y ~ p_j``.
-- strict: ``x_i ~ p_i``; accept iff ``x_i == d_i``; on rejection emit ``x_i``, so
-  ``y ~ p_j`` restricted to ``x != d_j``.
-- synthetic: accept with the conditional rate ``c_i`` iff ``d_i`` is a real id; ``y ~ p_j``.
-- greedy rows (``T == 0``): ``p_i = onehot(argmax)``, ties to the lowest index; probabilistic and
-  strict accept iff ``d_i == argmax``; synthetic still accepts with ``c_i``.
-- a placeholder (``-1``, or any id outside ``[0, V)``) is rejected with certainty and ``y ~ p_j``.
+- a placeholder (``-1``, or any id outside ``[0, V)``) is rejected with certainty and ``y ~ p_i``;
+- a greedy row (``T == 0``) has ``p_i = onehot(argmax)``, ties to the lowest index;
+- otherwise the method's own rule gives the acceptance probability of ``d_i`` and the law of ``y``
+  if it is rejected (probabilistic: ``min(1, p(d) / q(d))`` and the residual ``(p - q)+``; strict:
+  ``p(d)`` and ``p`` without ``d``; synthetic: the rate ``c_i`` and ``p``);
 - all ``n`` accepted: ``y ~ p_n``, the bonus row.
 
 Row laws: NaN logits count as ``-inf``; a row with ``+inf`` logits is uniform over them (the limit
@@ -27,10 +23,50 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from reference import methods
 from reference.contract import SpecBatch
 
 F64Array = npt.NDArray[np.float64]
 I64Array = npt.NDArray[np.int64]
+
+
+# ---------------------------------------------------------------------------------------------
+# Row laws: every function works on one row [V] or on rows [..., V]
+
+
+def clean(logits: npt.ArrayLike) -> F64Array:
+    """Logits in float64 with NaN read as ``-inf``."""
+    x = np.asarray(logits, dtype=np.float64)
+    return np.where(np.isnan(x), -np.inf, x)
+
+
+def greedy_token(logits: npt.ArrayLike) -> I64Array:
+    """The argmax of each row, NaN read as ``-inf``, ties to the lowest index."""
+    return np.asarray(np.argmax(clean(logits), axis=-1), dtype=np.int64)
+
+
+def row_probs(logits: npt.ArrayLike, temperature: npt.ArrayLike) -> F64Array:
+    """The law ``softmax(logits / T)`` of each row; ``T == 0`` gives ``onehot(argmax)``.
+
+    ``temperature`` is one value, or one per row.
+    """
+    x = clean(logits)
+    t = np.asarray(temperature, dtype=np.float64)[..., None]
+    top = x.max(axis=-1, keepdims=True)
+    posinf = np.isposinf(x)
+    with np.errstate(invalid="ignore", over="ignore"):
+        weights = np.exp((x - top) / np.where(t > 0, t, 1.0))
+        weights /= weights.sum(axis=-1, keepdims=True)
+    weights = np.where(
+        posinf.any(axis=-1, keepdims=True), posinf / np.maximum(posinf.sum(-1, keepdims=True), 1), weights
+    )
+    weights = np.where(np.isneginf(top), 1.0 / x.shape[-1], weights)
+    onehot = np.arange(x.shape[-1]) == greedy_token(x)[..., None]
+    return np.asarray(np.where(t == 0.0, onehot, weights), dtype=np.float64)
+
+
+# ---------------------------------------------------------------------------------------------
+# Requests
 
 
 @dataclass(frozen=True)
@@ -64,6 +100,17 @@ class RequestInputs:
         """Whether the request is greedy (``T == 0``)."""
         return self.temperature == 0.0
 
+    def target_probs(self) -> F64Array:
+        """``[n + 1, V]`` the target laws ``p_i = softmax(target / T)``."""
+        return row_probs(self.target_logits, self.temperature)
+
+    def draft_probs(self) -> F64Array:
+        """``[n, V]`` the draft laws ``q_i = softmax(draft / T)``, or one-hot on the drafts."""
+        if self.draft_logits is not None:
+            return row_probs(self.draft_logits, self.temperature)
+        vocab = np.arange(self.target_logits.shape[1])
+        return np.asarray(vocab == self.draft_token_ids[:, None], dtype=np.float64)
+
 
 def request_inputs(batch: SpecBatch) -> list[RequestInputs]:
     """Split a batch into per-request float64 inputs, reading slotted drafts through ``draft_slot``."""
@@ -96,59 +143,12 @@ def request_inputs(batch: SpecBatch) -> list[RequestInputs]:
                 temperature=float(temperature[b]),
                 seed=int(seed[b]),
                 step=int(step[b]),
-                synthetic_rates=None if rates is None or batch.method != "synthetic" else rates[:n],
+                synthetic_rates=rates[:n]
+                if rates is not None and methods.METHODS[batch.method].takes_rates
+                else None,
             )
         )
     return requests
-
-
-def greedy_token(logits: F64Array) -> int:
-    """The argmax of a row, NaN read as ``-inf``, ties to the lowest index."""
-    return int(np.argmax(np.where(np.isnan(logits), -np.inf, logits)))
-
-
-def row_probs(logits: F64Array, temperature: float) -> F64Array:
-    """The law ``softmax(logits / T)`` of one row, in float64; ``T == 0`` gives ``onehot(argmax)``."""
-    clean = np.where(np.isnan(logits), -np.inf, logits)
-    probs = np.zeros_like(clean)
-    if temperature == 0.0:
-        probs[greedy_token(clean)] = 1.0
-        return probs
-    if np.isposinf(clean).any():
-        top = np.isposinf(clean)
-        probs[top] = 1.0 / top.sum()
-        return probs
-    if np.isneginf(clean).all():
-        return np.full_like(clean, 1.0 / clean.shape[0])
-    weights: F64Array = np.exp((clean - clean.max()) / temperature)
-    weights /= weights.sum()
-    return weights
-
-
-def residual_law(target: F64Array, draft: F64Array) -> F64Array:
-    """``(p - q)+`` normalised, or ``p`` itself when the residual has no mass."""
-    residual = np.maximum(target - draft, 0.0)
-    mass = residual.sum()
-    return residual / mass if mass > 0.0 else target
-
-
-def without_token(target: F64Array, token: int) -> F64Array:
-    """``p`` restricted to ``x != token`` and renormalised; ``p`` itself when nothing is left."""
-    if token < 0:
-        return target
-    rest = target.copy()
-    rest[token] = 0.0
-    mass = rest.sum()
-    return rest / mass if mass > 0.0 else target
-
-
-def probabilistic_accept_prob(target_prob: float, draft_prob: float) -> float:
-    """``P(p > u * q)`` for ``u ~ U[0, 1)``: ``min(1, p / q)``; ``1`` if ``q = 0 < p``; ``0`` if ``p = 0``."""
-    if target_prob <= 0.0:
-        return 0.0
-    if draft_prob <= 0.0:
-        return 1.0
-    return min(1.0, target_prob / draft_prob)
 
 
 @dataclass(frozen=True)
@@ -174,46 +174,30 @@ class RequestLaw:
         return self.stop_probs[:, None] * self.token_probs
 
 
-def draft_probs(inputs: RequestInputs) -> F64Array:
-    """``[n, V]`` the draft laws ``q_i``: ``softmax(draft / T)``, or one-hot on the drafts."""
-    n, vocab_size = inputs.num_drafts, inputs.target_logits.shape[1]
-    if inputs.draft_logits is not None:
-        rows = [row_probs(row, inputs.temperature) for row in inputs.draft_logits]
-        return np.stack(rows).reshape(n, vocab_size) if rows else np.zeros((0, vocab_size))
-    probs = np.zeros((n, vocab_size))
-    placed = inputs.draft_token_ids >= 0
-    probs[np.nonzero(placed)[0], inputs.draft_token_ids[placed]] = 1.0
-    return probs
-
-
 def position_law(
-    method: str, inputs: RequestInputs, target: F64Array, draft: F64Array, position: int
+    method: methods.Method, target: F64Array, draft: F64Array, token: int, rate: float, greedy: bool
 ) -> tuple[float, F64Array]:
-    """The acceptance probability of draft ``position`` and the law of ``y`` if it is rejected."""
-    token = int(inputs.draft_token_ids[position])
-    if method == "synthetic":
-        assert inputs.synthetic_rates is not None
-        accept = float(inputs.synthetic_rates[position]) if token >= 0 else 0.0
-        return accept, target
+    """The acceptance probability of ``token`` at one position and the law of ``y`` if it is rejected."""
     if token < 0:
         return 0.0, target
-    if inputs.greedy:
+    if greedy and method.greedy_accepts_argmax:
         return (1.0 if target[token] == 1.0 else 0.0), target
-    if method == "strict":
-        return float(target[token]), without_token(target, token)
-    return probabilistic_accept_prob(float(target[token]), float(draft[token])), residual_law(target, draft)
+    return method.accept_probability(target, draft, token, rate), method.rejection_law(target, draft, token)
 
 
 def request_law(method: str, inputs: RequestInputs) -> RequestLaw:
     """The exact law of one request's output (see the module docstring)."""
-    n = inputs.num_drafts
-    targets = np.stack([row_probs(row, inputs.temperature) for row in inputs.target_logits])
-    drafts = draft_probs(inputs)
+    rules = methods.METHODS[method]
+    n, vocab_size = inputs.num_drafts, inputs.target_logits.shape[1]
+    targets = inputs.target_probs().reshape(n + 1, vocab_size)
+    drafts = inputs.draft_probs().reshape(n, vocab_size)
+    rates = inputs.synthetic_rates if inputs.synthetic_rates is not None else np.zeros(n)
     accept_probs = np.zeros(n)
-    token_probs = np.zeros_like(targets)
+    token_probs = targets.copy()
     for i in range(n):
-        accept_probs[i], token_probs[i] = position_law(method, inputs, targets[i], drafts[i], i)
-    token_probs[n] = targets[n]
+        accept_probs[i], token_probs[i] = position_law(
+            rules, targets[i], drafts[i], int(inputs.draft_token_ids[i]), float(rates[i]), inputs.greedy
+        )
     reach = np.concatenate([[1.0], np.cumprod(accept_probs)])  # P(m >= j)
     stop_probs = reach * np.concatenate([1.0 - accept_probs, [1.0]])
     return RequestLaw(

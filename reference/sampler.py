@@ -1,11 +1,10 @@
-"""The reference sampler: the kernels' algorithm in float64, fed the canonical random streams.
+"""The reference sampler: the rules of `reference.methods`, one request and one position at a time.
 
-Canonical streams (shared with every canonical-stream kernel, so outputs compare sample by sample):
-a uniform is ``tl.rand(seed, offset)`` with
-``offset = (((step * 128 + i) * 4 + purpose) << 22) + token``. Purpose 0 is the acceptance
-uniform of position ``i`` (token 0); purpose 1 is the Gumbel noise for sampling row ``i`` (the
-residual, the strict target sample, the synthetic or bonus sample). Sampling is Gumbel-max:
-``argmax_x(log w(x) - log(-log(u_x)))`` over unnormalised weights ``w``, ties to the lowest index.
+It is the readable form of the sampling algorithm every exact sampler of the harness shares:
+fed a random scheme's uniforms (`reference.schemes`, the canonical streams by default), it decides
+each draft in order and emits one token after the accepted ones, sampling by Gumbel-max
+(``argmax(log w + g)``, ties to the lowest index). `reference.walk` is the same algorithm
+vectorised over a batch; the two agree token for token.
 """
 
 from __future__ import annotations
@@ -14,79 +13,49 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 import torch
 
-from reference import philox
 from reference.contract import SpecBatch, SpecOutput
-from reference.law import (
-    F64Array,
-    RequestInputs,
-    draft_probs,
-    greedy_token,
-    request_inputs,
-    residual_law,
-    row_probs,
-)
-
-ACCEPT_PURPOSE = 0
-SAMPLE_PURPOSE = 1
-
-F32Array = npt.NDArray[np.float32]
-
-
-def stream_offsets(
-    step: int, position: int | npt.ArrayLike, purpose: int, token: int | npt.ArrayLike
-) -> npt.NDArray[np.uint64]:
-    """The canonical Philox offsets, computed modulo 2**64 as the kernels' int64 arithmetic does."""
-    row = (np.uint64(step) * np.uint64(128) + np.asarray(position, dtype=np.uint64)) * np.uint64(4)
-    return ((row + np.uint64(purpose)) << np.uint64(22)) + np.asarray(token, dtype=np.uint64)
+from reference.law import F64Array, RequestInputs, greedy_token, request_inputs, row_probs
+from reference.methods import METHODS
+from reference.schemes import CANONICAL, RandomScheme
 
 
 @dataclass(frozen=True)
 class RequestNoise:
-    """The uniforms one request consumes.
+    """The random numbers one request consumes.
 
     Attributes:
-        accept_uniforms: ``[n]`` float32, purpose 0: the acceptance uniform of each position.
-        sample_uniforms: ``[n + 1, V]`` float32, purpose 1: Gumbel noise for sampling each row.
+        accept_uniforms: ``[n]`` the acceptance uniform of each position.
+        gumbel: ``[n + 1, V]`` the Gumbel noise for sampling each row.
     """
 
-    accept_uniforms: F32Array
-    sample_uniforms: F32Array
+    accept_uniforms: F64Array
+    gumbel: F64Array
 
 
-def request_noise(seed: int, step: int, num_drafts: int, vocab_size: int) -> RequestNoise:
-    """The canonical uniforms of one request."""
-    positions = np.arange(num_drafts)
-    tokens = np.arange(vocab_size)
-    return RequestNoise(
-        accept_uniforms=philox.rand(seed, stream_offsets(step, positions, ACCEPT_PURPOSE, 0)),
-        sample_uniforms=philox.rand(
-            seed, stream_offsets(step, np.arange(num_drafts + 1)[:, None], SAMPLE_PURPOSE, tokens[None, :])
-        ),
-    )
+def scheme_noise(batch: SpecBatch, scheme: RandomScheme = CANONICAL) -> list[RequestNoise]:
+    """The random numbers of every request of ``batch`` under ``scheme``."""
+    seeds = batch.seed.detach().cpu().numpy().astype(np.int64)
+    steps = batch.step.detach().cpu().numpy().astype(np.int64)
+    noise = []
+    for seed, step, n in zip(seeds, steps, batch.num_drafts(), strict=True):
+        positions = np.arange(n + 1)
+        seed_rows, step_rows = np.full(n + 1, seed), np.full(n + 1, step)
+        noise.append(
+            RequestNoise(
+                accept_uniforms=scheme.accept_uniforms(seed_rows[:n], step_rows[:n], positions[:n]),
+                gumbel=scheme.gumbel_noise(seed_rows, step_rows, positions, batch.vocab_size).gumbel,
+            )
+        )
+    return noise
 
 
-def canonical_noise(batch: SpecBatch) -> list[RequestNoise]:
-    """The canonical uniforms of every request of ``batch``."""
-    seeds = batch.seed.detach().cpu().tolist()
-    steps = batch.step.detach().cpu().tolist()
-    return [
-        request_noise(seed, step, n, batch.vocab_size)
-        for seed, step, n in zip(seeds, steps, batch.num_drafts(), strict=True)
-    ]
-
-
-def gumbel_argmax(weights: F64Array, uniforms: F32Array) -> int:
-    """Gumbel-max: ``argmax(log w - log(-log u))``, ties to the lowest index.
-
-    A uniform of exactly 0 gives a score of ``-inf``; a weight of 0 is never chosen unless every
-    score is ``-inf``.
-    """
+def gumbel_argmax(weights: F64Array, gumbel: F64Array) -> int:
+    """Gumbel-max: ``argmax(log w + g)``, ties to the lowest index; a weight of 0 is never chosen
+    unless every score is ``-inf``."""
     with np.errstate(divide="ignore"):
-        scores = np.log(weights) - np.log(-np.log(uniforms.astype(np.float64)))
-    return int(np.argmax(scores))
+        return int(np.argmax(np.log(weights) + gumbel))
 
 
 @dataclass(frozen=True)
@@ -97,45 +66,46 @@ class RequestSample:
     logprobs: list[float]
 
 
+def _decide(
+    method: str, inputs: RequestInputs, targets: F64Array, drafts: F64Array, noise: RequestNoise, i: int
+) -> tuple[bool, int]:
+    """Whether draft ``i`` is accepted, and the token emitted if it is not."""
+    rules = METHODS[method]
+    target, draft = targets[i], drafts[i]
+    token = int(inputs.draft_token_ids[i])
+    argmax = int(greedy_token(inputs.target_logits[i]))
+    if inputs.greedy and rules.greedy_accepts_argmax:
+        return token >= 0 and token == argmax, argmax
+    if rules.decides_by_sampling:
+        sample = gumbel_argmax(target, noise.gumbel[i])
+        return token >= 0 and sample == token, sample
+    rate = float(inputs.synthetic_rates[i]) if inputs.synthetic_rates is not None else 0.0
+    u = noise.accept_uniforms[i : i + 1]
+    if token >= 0 and bool(rules.decide(target[[token]], draft[[token]], u, np.array([rate]))[0]):
+        return True, token
+    if inputs.greedy:
+        return False, argmax
+    law = rules.rejection_law(target, draft, token) if token >= 0 else target
+    return False, gumbel_argmax(law, noise.gumbel[i])
+
+
 def sample_request(method: str, inputs: RequestInputs, noise: RequestNoise) -> RequestSample:
-    """Run the rejection sampler on one request with the given uniforms."""
+    """Run the rejection sampler on one request with the given random numbers."""
     n = inputs.num_drafts
-    targets = [row_probs(row, inputs.temperature) for row in inputs.target_logits]
-    drafts = draft_probs(inputs)
+    targets, drafts = inputs.target_probs(), inputs.draft_probs()
     tokens: list[int] = []
     for i in range(n):
-        token = int(inputs.draft_token_ids[i])
-        u = float(noise.accept_uniforms[i])
-        target = targets[i]
-        emitted: int | None = None
-        if method == "synthetic":
-            assert inputs.synthetic_rates is not None
-            accept = token >= 0 and u < inputs.synthetic_rates[i]
-        elif inputs.greedy:
-            accept = token >= 0 and token == greedy_token(inputs.target_logits[i])
-        elif method == "strict":
-            emitted = gumbel_argmax(target, noise.sample_uniforms[i])
-            accept = emitted == token
-        else:
-            # Strict `>`: a token with p = 0 must never be accepted, even at u = 0.
-            accept = token >= 0 and target[token] > u * drafts[i][token]
-        if accept:
-            tokens.append(token)
-            continue
-        if emitted is None:
-            if inputs.greedy:
-                emitted = greedy_token(inputs.target_logits[i])
-            elif method == "probabilistic" and token >= 0:
-                emitted = gumbel_argmax(residual_law(target, drafts[i]), noise.sample_uniforms[i])
-            else:
-                emitted = gumbel_argmax(target, noise.sample_uniforms[i])
-        tokens.append(emitted)
-        break
+        accepted, emitted = _decide(method, inputs, targets, drafts, noise, i)
+        if not accepted:
+            tokens.append(emitted)
+            break
+        tokens.append(int(inputs.draft_token_ids[i]))
     else:
+        bonus = inputs.target_logits[n]
         if inputs.greedy:
-            tokens.append(greedy_token(inputs.target_logits[n]))
+            tokens.append(int(greedy_token(bonus)))
         else:
-            tokens.append(gumbel_argmax(targets[n], noise.sample_uniforms[n]))
+            tokens.append(gumbel_argmax(targets[n], noise.gumbel[n]))
     logprob_temperature = inputs.temperature if not inputs.greedy else 1.0
     with np.errstate(divide="ignore"):
         logprobs = [
@@ -158,11 +128,13 @@ def pack_output(samples: Sequence[RequestSample], max_num_drafts: int) -> SpecOu
     return SpecOutput(token_ids=token_ids, num_emitted=num_emitted, logprobs=logprobs)
 
 
-def reference_sample(batch: SpecBatch, noise: Sequence[RequestNoise] | None = None) -> SpecOutput:
-    """Sample ``batch`` in float64 with ``noise`` (default: the canonical streams); output on the CPU."""
+def reference_sample(
+    batch: SpecBatch, noise: Sequence[RequestNoise] | None = None, scheme: RandomScheme = CANONICAL
+) -> SpecOutput:
+    """Sample ``batch`` in float64 with ``noise`` (default: ``scheme``'s); the output is on the CPU."""
     inputs = request_inputs(batch)
     if noise is None:
-        noise = canonical_noise(batch)
+        noise = scheme_noise(batch, scheme)
     if len(noise) != len(inputs):
         raise ValueError(f"noise has {len(noise)} entries; expected one per request ({len(inputs)})")
     samples = [sample_request(batch.method, x, z) for x, z in zip(inputs, noise, strict=True)]
@@ -170,11 +142,15 @@ def reference_sample(batch: SpecBatch, noise: Sequence[RequestNoise] | None = No
 
 
 class ReferenceSampler:
-    """`reference_sample` as a `Variant`: the float64 twin of every canonical-stream kernel."""
+    """`reference_sample` as a `Variant`: the float64 twin of every sampler on ``scheme``."""
 
     name = "reference"
-    canonical_rng = True
+
+    def __init__(self, scheme: RandomScheme = CANONICAL) -> None:
+        self.streams = scheme
+        if scheme is not CANONICAL:
+            self.name = f"reference-{scheme.name}"
 
     def __call__(self, batch: SpecBatch) -> SpecOutput:
-        """Sample ``batch`` on the CPU with the canonical streams."""
-        return reference_sample(batch)
+        """Sample ``batch`` on the CPU with the scheme's uniforms."""
+        return reference_sample(batch, scheme=self.streams)

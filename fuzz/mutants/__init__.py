@@ -1,8 +1,8 @@
 """Sampler variants with real bugs planted (MUTANTS.md); the harness self-test must kill each one.
 
-Each mutant is the correct canonical-stream sampler of `fuzz.mutants.base` with one step changed
-the way a shipped bug changed it. `MUTANTS` maps the id to where it lives and which checks
-MUTANTS.md expects to kill it.
+Each mutant is the walk (`reference.walk.WalkSampler`, exact on the canonical streams) with one
+stage overridden the way a shipped bug changed it; M23 plants its bug in the Triton kernel's
+source. `MUTANTS` maps the id to where it lives and which checks MUTANTS.md expects to kill it.
 """
 
 from __future__ import annotations

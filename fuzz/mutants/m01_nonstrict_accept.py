@@ -3,16 +3,19 @@
 Seen in vLLM #23803 and SGLang #35798.
 """
 
-import torch
+from reference.methods import Method
+from reference.walk import BoolArray, F64Array, WalkSampler
 
-from fuzz.mutants.base import CanonicalSampler
 
-
-class NonStrictAccept(CanonicalSampler):
+class NonStrictAccept(WalkSampler):
     """Accepts on `p >= u * q` instead of the strict `>`."""
 
     name = "M01"
 
-    def accept_test(self, p_draft: torch.Tensor, q_draft: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    def decide(
+        self, method: Method, p_draft: F64Array, q_draft: F64Array, u: F64Array, rate: float
+    ) -> BoolArray:
         """The planted bug: `>=` lets `p = 0` through at `u = 0`."""
+        if method.name != "probabilistic":
+            return super().decide(method, p_draft, q_draft, u, rate)
         return p_draft >= u * q_draft

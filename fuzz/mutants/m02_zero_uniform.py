@@ -3,16 +3,16 @@
 Seen in vllm-ascend #13730.
 """
 
-import torch
+import numpy as np
 
-from fuzz.mutants.base import CanonicalSampler, Noise
+from reference.walk import F64Array, I64Array, WalkSampler
 
 
-class ZeroUniform(CanonicalSampler):
+class ZeroUniform(WalkSampler):
     """Uses `u = 0` for every acceptance test."""
 
     name = "M02"
 
-    def accept_uniforms(self, noise: Noise) -> torch.Tensor:
+    def accept_uniforms(self, seed: I64Array, step: I64Array, position: int) -> F64Array:
         """The planted bug: the uniform is a constant 0."""
-        return torch.zeros_like(noise.accept)
+        return np.zeros(seed.shape)

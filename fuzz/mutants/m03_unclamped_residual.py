@@ -4,30 +4,24 @@ A common slip: the residual's mass is computed right (`1 - sum(min(p, q))`), but
 built from the unclamped difference, so it dips where `p < q` and the search lands on wrong tokens.
 """
 
-import torch
+import numpy as np
 
-from fuzz.mutants.base import CanonicalSampler
+from fuzz.mutants.inverse_cdf import inverse_cdf
+from reference.methods import Method
+from reference.schemes import Noise
+from reference.walk import F64Array, I64Array, WalkSampler
 
 
-class UnclampedResidual(CanonicalSampler):
+class UnclampedResidual(WalkSampler):
     """Samples the residual by inverse CDF over `p - q` unclamped."""
 
     name = "M03"
 
-    def residual(self, p: torch.Tensor, q: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-        """The planted bug: no `relu`."""
-        return p - q
-
-    def sample_residual(
-        self,
-        weights: torch.Tensor,
-        p: torch.Tensor,
-        sample_uniforms: torch.Tensor,
-        accept_uniforms: torch.Tensor,
-    ) -> torch.Tensor:
-        """Inverse CDF over the residual, normalised by its true mass `1 - sum(min(p, q))`."""
-        mass = weights.clamp(min=0).sum(dim=-1, keepdim=True)
-        cdf = torch.cumsum(torch.where(mass > 0, weights / mass.clamp(min=1e-300), p), dim=-1)
-        u = sample_uniforms[..., :1]
-        token = torch.searchsorted(cdf.contiguous(), u.contiguous(), right=True).squeeze(-1)
-        return token.clamp(max=weights.shape[-1] - 1)
+    def rejection_token(
+        self, method: Method, p: F64Array, q: F64Array, ids: I64Array, noise: Noise, u: F64Array
+    ) -> I64Array:
+        """The planted bug: no `relu`; the CDF is normalised by the true mass `1 - sum(min(p, q))`."""
+        weights = p - q
+        mass = np.maximum(weights, 0).sum(axis=-1, keepdims=True)
+        cdf = np.cumsum(np.where(mass > 0, weights / np.maximum(mass, 1e-300), p), axis=-1)
+        return inverse_cdf(cdf, noise.uniforms[:, 0])

@@ -3,18 +3,23 @@
 Seen in xLLM #2175 and EAGLE #20.
 """
 
-import torch
+import numpy as np
 
-from fuzz.mutants.base import CanonicalSampler
+from reference.methods import Method
+from reference.schemes import Noise
+from reference.walk import F64Array, I64Array, WalkSampler
 
 
-class ResidualAtDraftOnly(CanonicalSampler):
+class ResidualAtDraftOnly(WalkSampler):
     """Subtracts `q(d)` at the draft token only."""
 
     name = "M04"
 
-    def residual(self, p: torch.Tensor, q: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    def rejection_token(
+        self, method: Method, p: F64Array, q: F64Array, ids: I64Array, noise: Noise, u: F64Array
+    ) -> I64Array:
         """The planted bug: `(p - q(d) * onehot(d))+` instead of `(p - q)+`."""
-        onehot = torch.nn.functional.one_hot(ids.clamp(min=0), p.shape[-1]).to(p.dtype)
-        q_draft = q.gather(-1, ids.clamp(min=0).unsqueeze(-1))
-        return torch.clamp(p - q_draft * onehot, min=0.0)
+        rows = np.arange(ids.size)
+        at_draft = np.zeros_like(q)
+        at_draft[rows, ids] = q[rows, ids]
+        return super().rejection_token(method, p, at_draft, ids, noise, u)

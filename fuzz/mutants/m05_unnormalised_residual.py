@@ -4,25 +4,21 @@ A common slip: `u` in `[0, 1)` is compared with the cumulative sum of `(p - q)+`
 1, so every `u` past the total falls through to the last token.
 """
 
-import torch
+import numpy as np
 
-from fuzz.mutants.base import CanonicalSampler
+from fuzz.mutants.inverse_cdf import inverse_cdf
+from reference.methods import Method
+from reference.schemes import Noise
+from reference.walk import F64Array, I64Array, WalkSampler
 
 
-class UnnormalisedResidual(CanonicalSampler):
+class UnnormalisedResidual(WalkSampler):
     """Inverse-CDF residual sampling against the unnormalised cumulative sum."""
 
     name = "M05"
 
-    def sample_residual(
-        self,
-        weights: torch.Tensor,
-        p: torch.Tensor,
-        sample_uniforms: torch.Tensor,
-        accept_uniforms: torch.Tensor,
-    ) -> torch.Tensor:
+    def rejection_token(
+        self, method: Method, p: F64Array, q: F64Array, ids: I64Array, noise: Noise, u: F64Array
+    ) -> I64Array:
         """The planted bug: no division by the residual's mass before the search."""
-        cdf = torch.cumsum(weights, dim=-1)
-        u = sample_uniforms[..., :1]
-        token = torch.searchsorted(cdf.contiguous(), u.contiguous(), right=True).squeeze(-1)
-        return token.clamp(max=weights.shape[-1] - 1)
+        return inverse_cdf(np.cumsum(np.maximum(p - q, 0.0), axis=-1), noise.uniforms[:, 0])

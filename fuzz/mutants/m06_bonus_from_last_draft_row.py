@@ -3,16 +3,16 @@
 The V0 #9730 family of off-by-one row offsets.
 """
 
-import torch
+import numpy as np
 
-from fuzz.mutants.base import CanonicalSampler, Rows
+from reference.walk import I64Array, WalkSampler
 
 
-class BonusFromLastDraftRow(CanonicalSampler):
+class BonusFromLastDraftRow(WalkSampler):
     """Samples the bonus token from row `n - 1`."""
 
     name = "M06"
 
-    def bonus_row(self, rows: Rows) -> torch.Tensor:
+    def bonus_row(self, counts: I64Array) -> I64Array:
         """The planted bug: `n - 1` instead of `n`."""
-        return (rows.counts - 1).clamp(min=0)
+        return np.maximum(counts - 1, 0)

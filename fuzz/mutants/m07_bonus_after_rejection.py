@@ -3,25 +3,28 @@
 The vLLM #8320 family: the output holds the accepted drafts, the recovered token, then a bonus token.
 """
 
-import torch
+import numpy as np
+import numpy.typing as npt
 
-from fuzz.mutants.base import CanonicalSampler, Rows
 from reference.contract import SpecOutput
+from reference.law import greedy_token
+from reference.walk import BatchRows, I64Array, WalkSampler
 
 
-class BonusAfterRejection(CanonicalSampler):
+class BonusAfterRejection(WalkSampler):
     """Appends a bonus token after the recovered token."""
 
     name = "M07"
 
-    def pack(self, rows: Rows, num_accepted: torch.Tensor, emitted: torch.Tensor) -> SpecOutput:
+    def pack(
+        self, rows: BatchRows, tokens: I64Array, emitted: I64Array, logprobs: npt.NDArray[np.float32]
+    ) -> SpecOutput:
         """The planted bug: a rejected request also gets the bonus token (its argmax) appended."""
-        output = super().pack(rows, num_accepted, emitted)
-        rejected = num_accepted < rows.counts
-        b = torch.arange(rows.counts.shape[0], device=emitted.device)
-        slot = (num_accepted + 1).clamp(max=output.token_ids.shape[1] - 1)
-        bonus = rows.target[b, rows.counts].argmax(dim=-1)
-        tokens = output.token_ids.clone()
-        tokens[b[rejected], slot[rejected]] = bonus[rejected]
-        emitted_count = torch.where(rejected, num_accepted + 2, num_accepted + 1).to(torch.int32)
-        return SpecOutput(token_ids=tokens, num_emitted=emitted_count, logprobs=output.logprobs)
+        requests = np.arange(emitted.size)
+        rejected = np.nonzero(emitted - 1 < rows.counts)[0]
+        bonus = greedy_token(rows.target_rows(requests, rows.counts))
+        slot = np.minimum(emitted, tokens.shape[1] - 1)
+        tokens, emitted = tokens.copy(), emitted.copy()
+        tokens[rejected, slot[rejected]] = bonus[rejected]
+        emitted[rejected] += 1
+        return super().pack(rows, tokens, emitted, logprobs)

@@ -3,17 +3,16 @@
 Seen in vLLM #2658 and HF #28508.
 """
 
-import torch
+import numpy as np
 
-from fuzz.mutants.base import CanonicalSampler
+from reference.walk import BoolArray, WalkSampler
 
 
-class NoStopAtRejection(CanonicalSampler):
+class NoStopAtRejection(WalkSampler):
     """Counts every accepted position, not only the accepted prefix."""
 
     name = "M08"
 
-    def first_rejection(self, accepted: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
-        """The planted bug: `sum(accepted)` instead of the first rejection."""
-        positions = torch.arange(accepted.shape[1], device=accepted.device)
-        return (accepted & (positions[None, :] < counts[:, None])).sum(dim=1)
+    def keep_walking(self, accept: BoolArray) -> BoolArray:
+        """The planted bug: every request decides every draft, and the count is `sum(accepted)`."""
+        return np.ones_like(accept)

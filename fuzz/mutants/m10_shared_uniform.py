@@ -3,16 +3,14 @@
 The MRV2 block-mode multi-round bug: positions are no longer independent, so the law of m changes.
 """
 
-import torch
-
-from fuzz.mutants.base import CanonicalSampler, Noise
+from reference.walk import F64Array, I64Array, WalkSampler
 
 
-class SharedUniform(CanonicalSampler):
+class SharedUniform(WalkSampler):
     """Uses position 0's uniform at every position."""
 
     name = "M10"
 
-    def accept_uniforms(self, noise: Noise) -> torch.Tensor:
+    def accept_uniforms(self, seed: I64Array, step: I64Array, position: int) -> F64Array:
         """The planted bug: `u_0` everywhere."""
-        return noise.accept[:, :1].expand_as(noise.accept)
+        return super().accept_uniforms(seed, step, 0)

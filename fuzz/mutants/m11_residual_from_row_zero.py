@@ -3,16 +3,16 @@
 Seen in FlashInfer #425.
 """
 
-import torch
+import numpy as np
 
-from fuzz.mutants.base import CanonicalSampler
+from reference.walk import I64Array, WalkSampler
 
 
-class ResidualFromRowZero(CanonicalSampler):
+class ResidualFromRowZero(WalkSampler):
     """Builds the residual from `p_0` and `q_0` whatever the rejected position."""
 
     name = "M11"
 
-    def rejection_rows(self, num_accepted: torch.Tensor) -> torch.Tensor:
+    def rejection_row(self, accepted: I64Array) -> I64Array:
         """The planted bug: row 0."""
-        return torch.zeros_like(num_accepted)
+        return np.zeros_like(accepted)

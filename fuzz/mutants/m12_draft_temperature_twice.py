@@ -3,19 +3,19 @@
 The vLLM #50910 convention flip.
 """
 
-import torch
+import numpy as np
 
-from fuzz.mutants.base import CanonicalSampler, Rows, _row_law
+from reference.law import row_probs
+from reference.walk import F64Array, I64Array, WalkSampler
 
 
-class DraftTemperatureTwice(CanonicalSampler):
+class DraftTemperatureTwice(WalkSampler):
     """Divides the draft logits by `T` before the law divides them again."""
 
     name = "M12"
 
-    def draft_law(self, rows: Rows, p: torch.Tensor) -> torch.Tensor:
+    def draft_law(self, logits: F64Array | None, temperature: F64Array, ids: I64Array) -> F64Array | None:
         """The planted bug: `softmax(draft / T / T)`."""
-        if rows.draft is None:
-            return super().draft_law(rows, p)
-        t = torch.where(rows.temperature > 0, rows.temperature, 1.0)[:, None, None]
-        return _row_law(rows.draft / t, rows.temperature)
+        if logits is None:
+            return None
+        return row_probs(logits / np.where(temperature > 0, temperature, 1.0)[:, None], temperature)

@@ -3,18 +3,17 @@
 Seen in lattice #388 and dflash #74.
 """
 
-import torch
+import numpy as np
 
-from fuzz.mutants.base import CanonicalSampler, Rows, _row_law
+from reference.law import row_probs
+from reference.walk import F64Array, I64Array, WalkSampler
 
 
-class DraftTemperatureMissing(CanonicalSampler):
+class DraftTemperatureMissing(WalkSampler):
     """Uses `softmax(draft)` whatever the request's temperature."""
 
     name = "M13"
 
-    def draft_law(self, rows: Rows, p: torch.Tensor) -> torch.Tensor:
+    def draft_law(self, logits: F64Array | None, temperature: F64Array, ids: I64Array) -> F64Array | None:
         """The planted bug: `T = 1` on the draft side (greedy rows keep their argmax)."""
-        if rows.draft is None:
-            return super().draft_law(rows, p)
-        return _row_law(rows.draft, torch.where(rows.temperature > 0, 1.0, 0.0).to(rows.temperature.dtype))
+        return None if logits is None else row_probs(logits, np.where(temperature > 0, 1.0, 0.0))

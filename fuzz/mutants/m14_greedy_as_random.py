@@ -5,20 +5,18 @@ Seen in early MRV2.
 
 import dataclasses
 
-import torch
+import numpy as np
 
-from fuzz.mutants.base import CanonicalSampler, Rows
 from reference.contract import SpecBatch
+from reference.walk import BatchRows, WalkSampler
 
 
-class GreedyAsRandom(CanonicalSampler):
+class GreedyAsRandom(WalkSampler):
     """Replaces `T = 0` with `T = 1` before sampling."""
 
     name = "M14"
 
-    def gather(self, batch: SpecBatch) -> Rows:
+    def read(self, batch: SpecBatch) -> BatchRows:
         """The planted bug: greedy rows lose their greedy flag."""
-        rows = super().gather(batch)
-        return dataclasses.replace(
-            rows, temperature=torch.where(rows.temperature == 0, 1.0, rows.temperature)
-        )
+        rows = super().read(batch)
+        return dataclasses.replace(rows, temperature=np.where(rows.temperature == 0, 1.0, rows.temperature))

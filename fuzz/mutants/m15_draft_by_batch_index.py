@@ -3,23 +3,22 @@
 Seen in early MRV2 and vLLM #40269.
 """
 
-import torch
+import dataclasses
 
-from fuzz.mutants.base import CanonicalSampler
+import numpy as np
+
 from reference.contract import SpecBatch
+from reference.walk import BatchRows, WalkSampler
 
 
-class DraftByBatchIndex(CanonicalSampler):
+class DraftByBatchIndex(WalkSampler):
     """Reads slot `b` for request `b`."""
 
     name = "M15"
 
-    def slotted_draft_rows(self, batch: SpecBatch, width: int) -> torch.Tensor:
+    def read(self, batch: SpecBatch) -> BatchRows:
         """The planted bug: `draft_logits[b]` instead of `draft_logits[draft_slot[b]]`."""
-        assert batch.draft_logits is not None
-        capacity = batch.draft_logits.shape[1]
-        positions = torch.arange(width, device=batch.device).clamp(max=capacity - 1)
-        slots = torch.arange(batch.num_requests, device=batch.device).clamp(
-            max=batch.draft_logits.shape[0] - 1
-        )
-        return batch.draft_logits.double()[slots[:, None], positions[None, :]]
+        rows = super().read(batch)
+        if rows.slot is None or rows.draft is None:
+            return rows
+        return dataclasses.replace(rows, slot=np.minimum(np.arange(rows.slot.size), rows.draft.shape[0] - 1))

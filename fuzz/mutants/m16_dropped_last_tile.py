@@ -6,26 +6,23 @@ the tail, so its tokens get no mass (and a vocabulary smaller than one tile is e
 
 import dataclasses
 
-import torch
+import numpy as np
 
-from fuzz.mutants.base import CanonicalSampler, Rows
 from reference.contract import SpecBatch
+from reference.walk import BatchRows, WalkSampler
 
 BLOCK = 16
 
 
-class DroppedLastTile(CanonicalSampler):
+class DroppedLastTile(WalkSampler):
     """Reads only the first `V // BLOCK * BLOCK` logits of every row."""
 
     name = "M16"
 
-    def gather(self, batch: SpecBatch) -> Rows:
+    def read(self, batch: SpecBatch) -> BatchRows:
         """The planted bug: the tail tile reads as `-inf` in every target and draft row."""
-        rows = super().gather(batch)
+        rows = super().read(batch)
         vocab_size = rows.target.shape[-1]
-        visible = torch.arange(vocab_size, device=rows.target.device) < vocab_size // BLOCK * BLOCK
-
-        def drop(logits: torch.Tensor | None) -> torch.Tensor | None:
-            return None if logits is None else torch.where(visible, logits, -torch.inf)
-
-        return dataclasses.replace(rows, target=drop(rows.target), draft=drop(rows.draft))
+        visible = np.arange(vocab_size) < vocab_size // BLOCK * BLOCK
+        draft = None if rows.draft is None else np.where(visible, rows.draft, -np.inf)
+        return dataclasses.replace(rows, target=np.where(visible, rows.target, -np.inf), draft=draft)

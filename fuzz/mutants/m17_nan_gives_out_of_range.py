@@ -4,25 +4,25 @@ Seen in vLLM #20531 and #50183: a running argmax starts at the sentinel index `V
 strictly larger score; NaN is never larger, so a NaN row leaves the sentinel in place.
 """
 
-import torch
+import numpy as np
 
-from fuzz.mutants.base import CanonicalSampler, Rows
+from reference.schemes import Noise
+from reference.walk import F64Array, I64Array, WalkSampler
 
 
-class NanGivesOutOfRange(CanonicalSampler):
+class NanGivesOutOfRange(WalkSampler):
     """Does not map NaN to `-inf`, and takes the argmax with a sentinel start."""
 
     name = "M17"
 
-    def target_law(self, rows: Rows) -> torch.Tensor:
+    def target_law(self, logits: F64Array, temperature: F64Array) -> F64Array:
         """The planted bug: a NaN anywhere in a row makes the whole row NaN (softmax propagates it)."""
-        law = super().target_law(rows)
-        has_nan = torch.isnan(rows.target).any(dim=-1, keepdim=True)
-        return torch.where(has_nan, torch.nan, law)
+        law = super().target_law(logits, temperature)
+        return np.where(np.isnan(logits).any(axis=-1, keepdims=True), np.nan, law)
 
-    def gumbel_argmax(self, weights: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    def sample(self, weights: F64Array, noise: Noise) -> I64Array:
         """A running argmax from the sentinel `V`: NaN scores never beat `-inf`, so the sentinel stays."""
-        scores = torch.log(weights) - torch.log(-torch.log(uniforms))
-        best = torch.nan_to_num(scores, nan=-torch.inf).argmax(dim=-1)
-        nothing_larger = ~(scores > -torch.inf).any(dim=-1)
-        return torch.where(nothing_larger, weights.shape[-1], best)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            scores = np.log(weights) + noise.gumbel
+        best = np.argmax(np.where(np.isnan(scores), -np.inf, scores), axis=-1)
+        return np.where(~(scores > -np.inf).any(axis=-1), weights.shape[-1], best)

@@ -5,16 +5,18 @@ Seen in FlashInfer #4861: a request's output then depends on which request sits 
 
 import dataclasses
 
-from fuzz.mutants.base import CanonicalSampler, Rows
+import numpy as np
+
 from reference.contract import SpecBatch
+from reference.walk import BatchRows, WalkSampler
 
 
-class SeedOfFirstRequest(CanonicalSampler):
+class SeedOfFirstRequest(WalkSampler):
     """Broadcasts the first request's seed."""
 
     name = "M18"
 
-    def gather(self, batch: SpecBatch) -> Rows:
+    def read(self, batch: SpecBatch) -> BatchRows:
         """The planted bug: `seed[0]` for every request."""
-        rows = super().gather(batch)
-        return dataclasses.replace(rows, seed=rows.seed[:1].expand_as(rows.seed))
+        rows = super().read(batch)
+        return dataclasses.replace(rows, seed=np.full_like(rows.seed, rows.seed[0]))

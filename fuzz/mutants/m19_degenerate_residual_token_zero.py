@@ -3,23 +3,21 @@
 Latent in vLLM and seen in SGLang #22643: token 0 may have probability 0.
 """
 
-import torch
+import numpy as np
 
-from fuzz.mutants.base import CanonicalSampler
+from reference.methods import Method
+from reference.schemes import Noise
+from reference.walk import F64Array, I64Array, WalkSampler
 
 
-class DegenerateResidualTokenZero(CanonicalSampler):
+class DegenerateResidualTokenZero(WalkSampler):
     """Emits token 0 when the residual is empty."""
 
     name = "M19"
 
-    def sample_residual(
-        self,
-        weights: torch.Tensor,
-        p: torch.Tensor,
-        sample_uniforms: torch.Tensor,
-        accept_uniforms: torch.Tensor,
-    ) -> torch.Tensor:
+    def rejection_token(
+        self, method: Method, p: F64Array, q: F64Array, ids: I64Array, noise: Noise, u: F64Array
+    ) -> I64Array:
         """The planted bug: the fallback index 0 instead of a sample of `p`."""
-        token = super().sample_residual(weights, p, sample_uniforms, accept_uniforms)
-        return torch.where(weights.sum(dim=-1) <= 0, 0, token)
+        token = super().rejection_token(method, p, q, ids, noise, u)
+        return np.where(np.maximum(p - q, 0.0).sum(axis=-1) <= 0, 0, token)

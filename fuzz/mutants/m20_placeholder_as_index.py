@@ -3,21 +3,19 @@
 Seen in vLLM #46533 and FlashInfer #879.
 """
 
-import torch
+import numpy as np
 
-from fuzz.mutants.base import CanonicalSampler, Noise, Rows
+from reference.walk import BoolArray, F64Array, I64Array, WalkSampler
 
 
-class PlaceholderAsIndex(CanonicalSampler):
+class PlaceholderAsIndex(WalkSampler):
     """Reads `p[-1]` and `q[-1]` for a `-1` draft, with no placeholder mask."""
 
     name = "M20"
 
-    def probabilistic_accept(
-        self, rows: Rows, p: torch.Tensor, q: torch.Tensor, noise: Noise
-    ) -> torch.Tensor:
+    def draft_probs(
+        self, p: F64Array, q: F64Array | None, ids: I64Array
+    ) -> tuple[F64Array, F64Array, BoolArray]:
         """The planted bug: `d = -1` indexes the last token, and nothing rejects it."""
-        ids = rows.draft_ids.unsqueeze(-1) % p.shape[-1]
-        p_draft = p[:, :-1].gather(-1, ids).squeeze(-1)
-        q_draft = q.gather(-1, ids).squeeze(-1)
-        return self.accept_test(p_draft, q_draft, self.accept_uniforms(noise))
+        p_draft, q_draft, real = super().draft_probs(p, q, ids % p.shape[-1])
+        return p_draft, q_draft, np.ones_like(real)

@@ -4,17 +4,16 @@ The vLLM #38045 to #41035 saga: `P(first i + 1 accepted)` used as `P(accept i | 
 compounds the decay, so the realised acceptance falls short of the target.
 """
 
-import torch
+import numpy as np
 
-from fuzz.mutants.base import CanonicalSampler
-from reference.contract import SpecBatch
+from reference.walk import F64Array, WalkSampler
 
 
-class UnconditionalSyntheticRates(CanonicalSampler):
+class UnconditionalSyntheticRates(WalkSampler):
     """Converts the given conditional rates to joint ones and uses those as conditional."""
 
     name = "M22"
 
-    def synthetic_rates(self, batch: SpecBatch, width: int) -> torch.Tensor:
+    def synthetic_rate(self, rates: F64Array | None, position: int) -> float:
         """The planted bug: `cumprod(c)` where `c` belongs."""
-        return torch.cumprod(super().synthetic_rates(batch, width), dim=0)
+        return super().synthetic_rate(None if rates is None else np.cumprod(rates), position)

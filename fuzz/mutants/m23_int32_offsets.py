@@ -18,6 +18,7 @@ from types import ModuleType
 
 from kernels import rejection, rejection_kernels
 from reference.contract import SpecBatch, SpecOutput
+from reference.schemes import CANONICAL
 
 # (original, planted): the two lines of `_request_span` that widen the request's first draft index.
 PLANTED = [
@@ -65,7 +66,7 @@ class Int32Offsets:
     """The production Triton sampler with int32 row offsets."""
 
     name = "M23"
-    canonical_rng = True
+    streams = CANONICAL
 
     def __call__(self, batch: SpecBatch) -> SpecOutput:
         """Sample ``batch`` with the planted kernels."""

@@ -25,7 +25,7 @@ def test_reproducer_still_fails_its_mutant(path: Path, capsys: pytest.CaptureFix
     capsys.readouterr()
 
 
-@pytest.mark.parametrize("variant", ["torch", "fuzz.mutants.base:CanonicalSampler"])
+@pytest.mark.parametrize("variant", ["torch", "walk"])
 def test_corpus_passes_correct_variants(variant: str, capsys: pytest.CaptureFixture[str]) -> None:
     """Replaying the whole corpus against a correct variant passes every reproducer."""
     assert main(["replay", str(CORPUS), "--variant", variant, "--device", "cpu"]) == EXIT_PASSED, (

@@ -13,6 +13,7 @@ from fuzz.mutants import MUTANTS
 from fuzz.reproducer import Reproducer, decode_batch, encode_batch, load_reproducer, versions
 from fuzz.spec import SpecError, load_variant
 from reference.contract import RequestData, make_batch
+from reference.schemes import CANONICAL
 
 VARIANT_FILE = """
 from reference.sampler import ReferenceSampler
@@ -32,7 +33,7 @@ def test_specs_resolve(tmp_path: Path) -> None:
     """Names, mutant ids, MODULE:NAME and FILE.py:NAME (instance, class or factory) give variants."""
     assert load_variant("reference").name == "reference"
     assert load_variant("m03").name == "M03"
-    assert load_variant("fuzz.mutants.base:CanonicalSampler").canonical_rng
+    assert load_variant("reference.walk:WalkSampler").streams is CANONICAL
     path = tmp_path / "my_variant.py"
     path.write_text(VARIANT_FILE)
     for name in ("Mine", "factory", "instance"):
@@ -44,7 +45,7 @@ def test_specs_resolve(tmp_path: Path) -> None:
     [
         "no_such_name",
         "no.such.module:X",
-        "fuzz.mutants.base:Missing",
+        "reference.walk:Missing",
         "/no/such/file.py:X",
         "FILE:not_a_variant",
     ],

@@ -1,15 +1,16 @@
-"""Large-size GPU check of the Triton sampler: invariants, coupled agreement, latency; a sanitizer set.
+"""The GPU agreement tier of the Triton sampler at large sizes, and a set for compute-sanitizer.
 
 Run from the repository root on a CUDA machine::
 
-    python3 -m kernels.gpu_check                 # large sizes, the 2**31 case, latency
-    python3 -m kernels.gpu_check --sanitize      # a small representative set for compute-sanitizer
+    python3 -m properties.gpu_tier                 # large sizes and the case past 2**31 logits
+    python3 -m properties.gpu_tier --sanitize      # a small representative set for compute-sanitizer
 
 Each large case draws LLM-like logits on the GPU (Gaussian bulk, a heavy head of a few dozen
 tokens, drafts from a perturbed copy of the target, a few NaN, ``-inf`` and ``+inf`` rows,
-placeholders and out-of-range ids, greedy and sampled requests mixed), samples once, checks the
-hard invariants of every request and replays every request on the float64 reference walk
-(`kernels.agreement`), and prints one line of counts per case.
+placeholders and out-of-range ids, greedy and sampled requests mixed), samples once, and checks
+every request with the harness: the hard invariants (`properties.checks.invariants`) and coupled
+agreement with the walk (`properties.checks.coupled`); it prints one line of counts per case.
+Latency lives in `benchmarks/`.
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from benchmarks.timing import capture_graph
-from kernels.agreement import coupled_agreement, hard_invariants
 from kernels.rejection import rejection_sample
-from reference.contract import SpecBatch
+from properties.checks.coupled import agreement
+from properties.checks.invariants import violations
+from reference.contract import METHODS, SpecBatch
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -46,16 +47,13 @@ class Case:
     greedy_share: float = 0.25
     odd_rows: bool = True
     ragged: bool = True
-    # Latency only: drafts equal to the target rows, so probabilistic sampling accepts every draft
-    # and no row can be skipped (the slowest inputs of a shape).
-    accept_all: bool = False
 
     @property
     def label(self) -> str:
         """A short name for tables."""
         return (
             f"{self.method[:5]:5} {self.layout:7} {self.dtype} V={self.vocab_size:<6} "
-            f"B={self.num_requests:<3} n={self.num_drafts:<2}" + (" q=p" if self.accept_all else "")
+            f"B={self.num_requests:<3} n={self.num_drafts:<2}"
         )
 
 
@@ -132,7 +130,7 @@ def large_cases() -> Iterator[Case]:
     shapes = ((32000, 256, 16), (128256, 64, 8), (151936, 32, 4), (262144, 16, 16))
     k = 0
     for vocab_size, num_requests, num_drafts in shapes:
-        for method in ("probabilistic", "strict", "synthetic"):
+        for method in METHODS:
             layout = layouts[k % 3] if method == "probabilistic" else layouts[(k + 1) % 3]
             yield Case(method, layout, dtypes[k % 3], vocab_size, num_requests, num_drafts)
             k += 1
@@ -142,7 +140,7 @@ def large_cases() -> Iterator[Case]:
 
 def sanitize_cases() -> Iterator[Case]:
     """A small set touching every kernel path: methods, layouts, dtypes, split and tile edges."""
-    for method in ("probabilistic", "strict", "synthetic"):
+    for method in METHODS:
         for layout in ("flat", "slotted", "one-hot"):
             yield Case(method, layout, "bf16" if layout == "slotted" else "fp32", 5000, 4, 3)
     yield Case("probabilistic", "flat", "fp16", 4096 * 33 + 5, 2, 2)
@@ -194,19 +192,19 @@ def check_case(case: Case, seed: int) -> CaseResult:
     output = rejection_sample(batch, check_values=True)
     torch.cuda.synchronize()
     seconds = time.perf_counter() - begin
-    violations = hard_invariants(batch, output)
-    agreement = coupled_agreement(batch, output)
+    broken = violations(batch, output)
+    found = agreement(batch, output)
     return CaseResult(
         label=case.label,
         requests=batch.num_requests,
-        decisions=agreement.num_decisions,
-        near_ties=agreement.near_ties,
-        mismatches=agreement.mismatches,
-        unexplained=len(agreement.unexplained),
-        violations=len(violations),
+        decisions=found.num_decisions,
+        near_ties=found.near_ties,
+        mismatches=found.mismatches,
+        unexplained=len(found.unexplained),
+        violations=len(broken),
         mean_emitted=float(output.num_emitted.float().mean()),
         seconds=seconds,
-        notes=(violations + agreement.unexplained)[:5],
+        notes=(broken + found.unexplained)[:5],
     )
 
 
@@ -253,82 +251,19 @@ def check_past_int32() -> CaseResult:
     layout_ok = torch.where(columns < emitted[:, None], in_vocab, output.token_ids == -1).all()
     if not bool(layout_ok):
         notes.append("ids outside [0, V) or bad padding in the large batch")
-    agreement = coupled_agreement(small, alone)
+    found = agreement(small, alone)
     return CaseResult(
         label=f"prob  flat    fp16 V={vocab_size} B={num_requests} n={n} (rows past 2**31)",
         requests=tail,
-        decisions=agreement.num_decisions,
-        near_ties=agreement.near_ties,
-        mismatches=agreement.mismatches,
-        unexplained=len(agreement.unexplained),
+        decisions=found.num_decisions,
+        near_ties=found.near_ties,
+        mismatches=found.mismatches,
+        unexplained=len(found.unexplained),
         violations=len(notes),
         mean_emitted=float(output.num_emitted.float().mean()),
         seconds=seconds,
-        notes=notes + agreement.unexplained[:5],
+        notes=notes + found.unexplained[:5],
     )
-
-
-def copy_bandwidth() -> float:
-    """Device-to-device copy bandwidth in bytes per second (read plus write), median of do_bench."""
-    source = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
-    target = torch.empty_like(source)
-    milliseconds = triton.testing.do_bench(
-        lambda: target.copy_(source), warmup=25, rep=200, return_mode="median"
-    )
-    return 2 * source.numel() / (milliseconds * 1e-3)
-
-
-def latency(case: Case, bandwidth: float) -> dict[str, float | str]:
-    """Median latency of one call, with do_bench (L2 cleared) and with CUDA-graph replays."""
-    plain = dataclasses.replace(case, odd_rows=False, ragged=False, greedy_share=0.0)
-    batch = dataclasses.replace(
-        make_case_batch(plain, 1), temperature=torch.ones(case.num_requests, device="cuda")
-    )
-    if case.accept_all:
-        assert case.layout == "flat", "accept_all builds flat drafts"
-        rows = torch.arange(batch.target_logits.shape[0], device="cuda")
-        is_bonus = torch.zeros_like(rows, dtype=torch.bool)
-        is_bonus[batch.cu_num_drafts[1:].long() + torch.arange(case.num_requests, device="cuda")] = True
-        draft = batch.target_logits[~is_bonus].clone()
-        ids = torch.multinomial(torch.softmax(draft.float(), 1), 1).squeeze(1)
-        batch = dataclasses.replace(batch, draft_logits=draft, draft_token_ids=ids)
-    emitted = rejection_sample(batch, check_values=False).num_emitted.float().mean().item()
-    call = lambda: rejection_sample(batch, check_values=False)  # noqa: E731
-    bench_ms = triton.testing.do_bench(call, warmup=50, rep=500, return_mode="median")
-    call()
-    torch.cuda.synchronize()
-    graph, _ = capture_graph(call)
-    graph_ms = triton.testing.do_bench(graph.replay, warmup=50, rep=500, return_mode="median")
-    element = torch.finfo(DTYPES[case.dtype]).bits // 8
-    num_rows = batch.target_logits.shape[0]
-    num_draft_rows = 0 if batch.draft_logits is None else int(batch.cu_num_drafts[-1])
-    read_rows = num_rows + (num_draft_rows if case.method == "probabilistic" else 0)
-    floor_bytes = read_rows * case.vocab_size * element
-    return {
-        "case": case.label,
-        "mean_emitted": emitted,
-        "do_bench_median_us": bench_ms * 1e3,
-        "cuda_graph_median_us": graph_ms * 1e3,
-        "floor_bytes": floor_bytes,
-        "floor_us": floor_bytes / bandwidth * 1e6,
-        "copy_bandwidth_tb_s": bandwidth / 1e12,
-        "kernels_us": kernel_breakdown(call),
-    }
-
-
-def kernel_breakdown(call: object, repeats: int = 20) -> dict[str, float]:
-    """Mean device time per call of each kernel, from the PyTorch profiler."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(repeats):
-            call()  # type: ignore[operator]
-        torch.cuda.synchronize()
-    times: dict[str, float] = {}
-    for event in prof.key_averages():
-        if event.device_time_total > 0:
-            times[event.key] = event.device_time_total / repeats
-    return times
 
 
 def _print_table(results: list[CaseResult]) -> None:
@@ -350,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
-        print("gpu_check needs a CUDA GPU", file=sys.stderr)
+        print("the GPU tier needs a CUDA GPU", file=sys.stderr)
         return 2
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}")
     results = []
@@ -365,21 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         results.append(check_past_int32())
     _print_table(results)
-    report: dict[str, object] = {"results": [dataclasses.asdict(r) for r in results]}
-    if not args.sanitize:
-        bandwidth = copy_bandwidth()
-        timings = [latency(Case("probabilistic", "flat", "fp32", 128256, 64, 4), bandwidth)]
-        for method in ("strict", "synthetic"):
-            timings.append(latency(Case(method, "flat", "fp32", 128256, 64, 4), bandwidth))
-        timings.append(latency(Case("probabilistic", "flat", "bf16", 128256, 64, 4), bandwidth))
-        timings.append(latency(Case("probabilistic", "flat", "fp32", 128256, 1, 4), bandwidth))
-        timings.append(latency(Case("probabilistic", "flat", "fp32", 262144, 256, 8), bandwidth))
-        # The same shapes with every probabilistic draft accepted: nothing to skip.
-        for method in ("probabilistic", "strict"):
-            timings.append(latency(Case(method, "flat", "fp32", 128256, 64, 4, accept_all=True), bandwidth))
-        for t in timings:
-            print(json.dumps(t))
-        report["latency"] = timings
+    report = {"results": [dataclasses.asdict(r) for r in results]}
     if args.json:
         with open(args.json, "w") as file:
             json.dump(report, file, indent=1)

@@ -2,7 +2,7 @@
 launch, for compute-sanitizer.
 
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool initcheck --show-backtrace no \\
-        --error-exitcode 9 python3 -m kernels.sanitize_launches
+        --error-exitcode 9 python3 -m benchmarks.sanitize_launches
 
 The inputs come from `benchmarks.grid.make_inputs` (normal logits, argmax drafts, a permutation of
 slots), which runs no PyTorch kernel that initcheck flags, so the run needs no kernel filter: a

@@ -1,0 +1,209 @@
+"""Kernel launches built by parameter name, through Triton's dispatch or directly from compiled kernels.
+
+A `Launch` is one kernel launch of a plan: the kernel, its grid, its launch options and every
+argument by the kernel's own parameter names (`kernel_arguments` checks them), with the buffers
+of a call (its inputs, outputs and workspace) filled in at each call by name.
+
+`dispatch` launches through Triton's dispatch (``kernel[grid](**arguments)``), which specialises,
+compiles or loads from its cache, and calls any launch hook. On a GPU it can keep what it launched
+(`CachedLaunch`) so that `launch_cached` later launches the same compiled kernels on new buffers
+without the dispatch, which saves most of the host time of a small call. That path calls Triton's
+internals (`CompiledKernel.run`, its ``packed_metadata``, ``driver.active.get_current_stream``,
+``knobs.runtime``'s launch hooks), which change between Triton releases: it is taken only on the
+versions in `SUPPORTED_TRITON`, never when ``SPECSAMPLE_DIRECT_LAUNCH=0``, and never while a launch
+hook (a profiler's) is set, which only the dispatch calls (`direct_launch_ready`). `PlanCache` keeps
+a launcher's plans and their compiled launches by batch structure.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from collections.abc import Collection, Hashable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import triton
+from triton.runtime import driver
+
+# Triton releases (major.minor) whose launch internals `launch_cached` was written against.
+SUPPORTED_TRITON = frozenset({"3.6"})
+DIRECT_LAUNCH_ENV = "SPECSAMPLE_DIRECT_LAUNCH"
+# Stands for an argument that a call's buffers give, in a launch's argument template.
+_FROM_BUFFERS = object()
+
+
+def kernel_arguments(kernel: Any, arguments: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The values of ``arguments`` in the order of ``kernel``'s parameters (constexprs included).
+
+    Raises:
+        ValueError: a parameter of the kernel has no argument, or an argument names no parameter.
+    """
+    names = kernel.arg_names
+    missing = [name for name in names if name not in arguments]
+    unknown = [name for name in arguments if name not in names]
+    if missing or unknown:
+        problems = []
+        if missing:
+            problems.append(f"missing arguments {', '.join(missing)}")
+        if unknown:
+            problems.append(f"unknown arguments {', '.join(unknown)}")
+        raise ValueError(f"{kernel.__name__}: {'; '.join(problems)}")
+    return tuple(arguments[name] for name in names)
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One kernel launch: its arguments in the kernel's parameter order, the call's buffers left open.
+
+    Attributes:
+        template: every argument in parameter order; the positions in ``buffer_slots`` are filled
+            per call.
+        buffer_slots: ``(position, parameter name)`` of each argument that a call's buffers give.
+        options: launch options that are not parameters (``num_warps``, ``maxnreg``).
+    """
+
+    kernel: Any
+    grid: tuple[int, int, int]
+    template: tuple[Any, ...]
+    buffer_slots: tuple[tuple[int, str], ...]
+    options: dict[str, Any]
+
+    @classmethod
+    def of(
+        cls,
+        kernel: Any,
+        grid: tuple[int, int, int],
+        *,
+        values: Mapping[str, Any],
+        options: Mapping[str, Any],
+        buffers: Collection[str],
+    ) -> Launch:
+        """The launch of ``kernel`` on ``grid``.
+
+        Args:
+            values: the arguments fixed by the plan (counts, strides, constexprs) by parameter name.
+            options: launch options that are not parameters.
+            buffers: the names of a call's buffers: each parameter of one of these names takes the
+                call's buffer of that name.
+
+        Raises:
+            ValueError: a parameter of the kernel has no argument, a value names no parameter, or a
+                value is also a buffer.
+        """
+        twice = [name for name in values if name in buffers]
+        if twice:
+            raise ValueError(f"{kernel.__name__}: values that are also buffers: {', '.join(twice)}")
+        open_slots = {name: _FROM_BUFFERS for name in kernel.arg_names if name in buffers}
+        template = kernel_arguments(kernel, {**values, **open_slots})
+        slots = tuple((i, name) for i, name in enumerate(kernel.arg_names) if name in open_slots)
+        return cls(kernel, grid, template, slots, dict(options))
+
+    def arguments(self, buffers: Mapping[str, Any]) -> list[Any]:
+        """Every argument in parameter order, with the call's ``buffers`` (by parameter name) filled in."""
+        values = list(self.template)
+        for position, name in self.buffer_slots:
+            values[position] = buffers[name]
+        return values
+
+
+@dataclass(frozen=True)
+class CachedLaunch:
+    """A kernel compiled by Triton's dispatch, as `launch_cached` launches it again."""
+
+    run: Any
+    function: Any
+    packed_metadata: Any
+
+
+def direct_launch_available() -> bool:
+    """Whether cached launches may bypass Triton's dispatch: a Triton release in `SUPPORTED_TRITON`,
+    and ``SPECSAMPLE_DIRECT_LAUNCH`` not set to ``0``."""
+    release = ".".join(triton.__version__.split(".")[:2])
+    return release in SUPPORTED_TRITON and os.environ.get(DIRECT_LAUNCH_ENV, "") != "0"
+
+
+def _launch_hooks_set() -> bool:
+    """Whether a launch hook (a profiler's) is set: only Triton's dispatch calls it."""
+    # Imported here: only the releases in SUPPORTED_TRITON get this far.
+    from triton import knobs
+
+    hooks = (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook)
+    # Triton 3.6 keeps the hooks in chains, empty unless a hook was added.
+    return any(hook is not None and getattr(hook, "calls", True) for hook in hooks)
+
+
+def direct_launch_ready() -> bool:
+    """Whether a call may launch its cached kernels directly now: available, and no launch hook set."""
+    return direct_launch_available() and not _launch_hooks_set()
+
+
+def current_device() -> int:
+    """The GPU that Triton's dispatch launches on."""
+    return int(driver.active.get_current_device())
+
+
+def dispatch(launches: Iterable[Launch], buffers: Mapping[str, Any], *, keep: bool) -> list[CachedLaunch]:
+    """Launch through Triton's dispatch (which specialises, compiles or loads, and calls launch hooks).
+
+    Args:
+        launches: the launches, in order.
+        buffers: the call's tensors by parameter name.
+        keep: return the compiled kernels for `launch_cached` (on a GPU); ignored, and nothing is
+            returned, unless `direct_launch_available`.
+    """
+    keep = keep and direct_launch_available()
+    kept = []
+    for launch in launches:
+        named = dict(zip(launch.kernel.arg_names, launch.arguments(buffers), strict=True))
+        compiled = launch.kernel[launch.grid](**named, **launch.options)
+        if keep:
+            kept.append(CachedLaunch(compiled.run, compiled.function, compiled.packed_metadata))
+    return kept
+
+
+def launch_cached(
+    launches: Iterable[Launch],
+    compiled: Iterable[CachedLaunch],
+    buffers: Mapping[str, int],
+    device_index: int,
+) -> None:
+    """Launch the kernels `dispatch` compiled for ``launches`` again, on the current stream of
+    ``device_index`` (the device Triton's dispatch would launch on), with device addresses for the
+    call's buffers. Only when `direct_launch_ready`."""
+    stream = driver.active.get_current_stream(device_index)
+    for launch, kernel in zip(launches, compiled, strict=True):
+        grid = launch.grid
+        kernel.run(
+            grid[0], grid[1], grid[2], stream, kernel.function, kernel.packed_metadata, None, None, None,
+            *launch.arguments(buffers),
+        )  # fmt: skip
+
+
+class PlanCache:
+    """A launcher's plans and their compiled launches by batch structure; the least recently used
+    goes when there are more than ``size``."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._entries: OrderedDict[Hashable, tuple[Any, list[CachedLaunch]]] = OrderedDict()
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._entries
+
+    def __getitem__(self, key: Hashable) -> tuple[Any, list[CachedLaunch]]:
+        return self._entries[key]
+
+    def get(self, key: Hashable) -> tuple[Any, list[CachedLaunch]] | None:
+        """The plan and compiled launches under ``key``, now the most recently used; None if absent."""
+        entry = self._entries.get(key)
+        if entry is not None:
+            self._entries.move_to_end(key)
+        return entry
+
+    def put(self, key: Hashable, plan: Any, compiled: list[CachedLaunch]) -> None:
+        """Keep ``plan`` and its compiled launches (empty where launches go through the dispatch)."""
+        self._entries[key] = (plan, compiled)
+        self._entries.move_to_end(key)
+        if len(self._entries) > self.size:
+            self._entries.popitem(last=False)

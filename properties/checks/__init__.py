@@ -1,0 +1,205 @@
+"""The checks of any `Variant`, one module each, from cheapest to strongest.
+
+- ``invariants``: every sample keeps the hard invariants (ids in range, layout, accepted prefix,
+  no id of target probability 0, greedy argmax chains, logprobs).
+- ``coupled``: a variant on a random scheme the walk replays emits exactly what the float64 walk
+  emits from the same uniforms, except where the first difference is a near tie.
+- ``law_of_m``: the number accepted follows `reference.law.exact_law`.
+- ``law_of_y``: the joint law of ``(m, y)`` and the law of ``y`` given each ``m`` follow the exact law.
+- ``marginal``: with the drafts drawn from ``q``, every reached position follows ``p`` (lossless
+  methods).
+- ``composition``: a request's output does not depend on the rest of the batch, its place in it, or
+  the slot permutation that holds its drafts.
+- ``determinism``: the same batch gives the same output twice.
+
+Each check is a `Check` (a name, `Check.applies`, `Check.run` returning a `Verdict`) registered in
+`CHECKS`. Every statistical verdict has false-failure rate ``alpha`` (Holm's procedure splits it
+across the check's tests) and states the smallest deviation it detects with power 0.999, with its
+unit. ``seed`` derives every random choice, so a verdict replays exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from properties import stats
+from properties.checks import composition, coupled, determinism, invariants, law_of_m, law_of_y, marginal
+from properties.checks.base import (
+    DEFAULT_ALPHA,
+    DEFAULT_NUM_SAMPLES,
+    Check,
+    Deviation,
+    Trials,
+    VariantError,
+    Verdict,
+    draw_trials,
+    failed_call,
+)
+from reference.contract import SpecBatch, Variant
+
+CHECKS: dict[str, Check] = {
+    check.name: check
+    for check in (
+        invariants.CHECK,
+        coupled.CHECK,
+        law_of_m.CHECK,
+        law_of_y.CHECK,
+        marginal.CHECK,
+        composition.CHECK,
+        determinism.CHECK,
+    )
+}
+# A failed exact check scores this for `hypothesis.target`; a p-value scores at most 300.
+FAILED_EXACT_DISCREPANCY = 1000.0
+
+
+def check(
+    name: str,
+    variant: Variant,
+    batch: SpecBatch,
+    *,
+    num_samples: int = DEFAULT_NUM_SAMPLES,
+    alpha: float = DEFAULT_ALPHA,
+    seed: int = 0,
+    trials: Trials | None = None,
+) -> Verdict | None:
+    """Run the check called ``name``; ``None`` when it does not apply to ``variant`` on ``batch``."""
+    unit = CHECKS[name]
+    if not unit.applies(variant, batch):
+        return None
+    return unit.run(variant, batch, num_samples=num_samples, alpha=alpha, seed=seed, trials=trials)
+
+
+def run_checks(
+    variant: Variant,
+    batch: SpecBatch,
+    *,
+    checks: Sequence[str] = tuple(CHECKS),
+    num_samples: int = DEFAULT_NUM_SAMPLES,
+    alpha: float = DEFAULT_ALPHA,
+    seed: int = 0,
+) -> list[Verdict]:
+    """Run ``checks`` (names from `CHECKS`, run in that order) of ``variant`` on ``batch``.
+
+    The checks that share trials draw one set of ``num_samples`` trials per request (their variant
+    time is charged to the first of them); the others make their own calls. Checks that do not
+    apply are left out. Each verdict has false-failure rate ``alpha``; ``seed`` derives every random
+    choice.
+    """
+    unknown = [c for c in checks if c not in CHECKS]
+    if unknown:
+        raise ValueError(f"checks has {unknown}; expected names from {', '.join(CHECKS)}")
+    wanted = [CHECKS[c] for c in CHECKS if c in checks and CHECKS[c].applies(variant, batch)]
+    sharing = [c for c in wanted if c.shares_trials]
+    shared: Trials | None = None
+    verdicts: list[Verdict] = []
+    if sharing:
+        start = time.perf_counter()
+        try:
+            shared = draw_trials(variant, batch, num_samples, seed)
+        except VariantError as error:
+            verdicts += [failed_call(c.name, variant, error, time.perf_counter() - start) for c in sharing]
+            wanted = [c for c in wanted if not c.shares_trials]
+    for unit in wanted:
+        verdict = unit.run(
+            variant,
+            batch,
+            num_samples=num_samples,
+            alpha=alpha,
+            seed=seed,
+            trials=shared if unit.shares_trials else None,
+        )
+        if shared is not None and unit is sharing[0]:
+            verdict = dataclasses.replace(verdict, seconds=verdict.seconds + shared.seconds)
+        verdicts.append(verdict)
+    return verdicts
+
+
+def compare_variants(
+    first: Variant,
+    second: Variant,
+    batch: SpecBatch,
+    *,
+    num_samples: int = DEFAULT_NUM_SAMPLES,
+    alpha: float = DEFAULT_ALPHA,
+    seed: int = 0,
+) -> Verdict:
+    """Whether two variants draw ``(m, y)`` from the same law on ``batch``, with no exact law needed.
+
+    Each variant runs ``num_samples`` trials of every request (their own seeds); per request, the
+    two-sample G-test of homogeneity (`properties.stats.two_sample_test`) compares the joint counts of
+    ``(m, y)``, and Holm combines the requests at level ``alpha``. ``detectable`` is the largest over
+    requests of the total variation between the two joint laws detected with power 0.999 (at Holm's
+    first level). Useful where the exact law is out of reach or to compare a new kernel with a
+    trusted one.
+    """
+    start = time.perf_counter()
+    runs = [
+        draw_trials(v, batch, num_samples, seed, purpose=f"compare {i}")
+        for i, v in enumerate((first, second))
+    ]
+    vocab_size = batch.vocab_size
+    results = []
+    for b, n in enumerate(batch.num_drafts()):
+        counts = []
+        for trials in runs:
+            tokens, emitted = trials.request_rows(b)
+            m = np.clip(emitted - 1, 0, n)
+            y = np.clip(tokens[np.arange(m.shape[0]), m], 0, vocab_size - 1)
+            counts.append(np.bincount(m * vocab_size + y, minlength=(n + 1) * vocab_size))
+        results.append(stats.two_sample_test(counts[0], counts[1], alpha=alpha / batch.num_requests))
+    adjusted = stats.holm_adjusted([r.pvalue for r in results])
+    worst = int(np.argmin(adjusted))
+    pvalue = float(adjusted[worst])
+    detectable = Deviation(max(r.detectable_tv for r in results), "total variation")
+    reject = pvalue < alpha
+    message = (
+        f"{first.name} vs {second.name}: request {worst} {results[worst].reason}; Holm p={pvalue:.3g} "
+        f"{'<' if reject else '>='} alpha={alpha:g} over {len(results)} requests; detects {detectable}"
+    )
+    return Verdict(
+        check="compare",
+        status="fail" if reject else "pass",
+        variant=f"{first.name} vs {second.name}",
+        message=message,
+        num_samples=2 * num_samples * batch.num_requests,
+        seconds=time.perf_counter() - start,
+        request=worst,
+        statistic=results[worst].statistic,
+        pvalue=pvalue,
+        alpha=alpha,
+        detectable=detectable,
+    )
+
+
+def discrepancy(verdicts: Sequence[Verdict]) -> float:
+    """A scalar >= 0 that grows as the verdicts look worse, for `hypothesis.target`.
+
+    The largest ``-log10(pvalue)`` of the statistical verdicts (capped at 300); a failed exact check
+    scores `FAILED_EXACT_DISCREPANCY`. Zero when there is nothing to score.
+    """
+    score = 0.0
+    for v in verdicts:
+        if v.pvalue is not None:
+            score = max(score, min(300.0, -math.log10(max(v.pvalue, 1e-300))))
+        elif not v.passed:
+            score = max(score, FAILED_EXACT_DISCREPANCY)
+    return score
+
+
+__all__ = [
+    "CHECKS",
+    "Check",
+    "Deviation",
+    "Trials",
+    "Verdict",
+    "check",
+    "compare_variants",
+    "discrepancy",
+    "run_checks",
+]

@@ -1,0 +1,416 @@
+"""What every check shares: the verdict, the interface, repeated trials, and Holm's combination.
+
+A check runs a variant on repeated trials of a batch: every request is replicated ``N`` times with
+fresh seeds (its step and inputs unchanged), so one variant call gives ``N`` independent samples of
+each request. Each check is one module of this package with one `Check` object; `Verdict` is what
+every check (and `properties.checks.compare_variants`) returns.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+from properties import stats
+from properties.batching import draft_counts, pad_output, select_requests
+from reference.contract import SpecBatch, SpecOutput, Variant, validate_output
+
+DEFAULT_NUM_SAMPLES = 2000
+DEFAULT_ALPHA = stats.DEFAULT_ALPHA
+# Logits gathered per variant call: requests are split into calls of at most this many.
+DEFAULT_MAX_ELEMENTS = 1 << 26
+
+I64Array = npt.NDArray[np.int64]
+F64Array = npt.NDArray[np.float64]
+Status = Literal["pass", "fail"]
+Unit = Literal["total variation", "probability", "rate per sample"]
+
+
+@dataclass(frozen=True)
+class Deviation:
+    """The smallest deviation a verdict detects with power 0.999, and what it is measured in.
+
+    Attributes:
+        value: the deviation (``inf`` when none is detected with that power).
+        unit: ``"total variation"`` between token laws, ``"probability"`` (the absolute deviation
+            of a cell probability, as for the law of ``m``), or ``"rate per sample"`` (the rate of
+            a violation seen at least once, for the exact checks).
+    """
+
+    value: float
+    unit: Unit
+
+    def __str__(self) -> str:
+        return f"{self.value:.4g} ({self.unit})"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Verdict:
+    """The outcome of one check of one variant on one batch.
+
+    Attributes:
+        check: the check's name.
+        status: ``"pass"`` or ``"fail"``.
+        variant: the variant's name.
+        message: one line a person can read.
+        num_samples: samples (variant outputs) the verdict rests on.
+        seconds: wall time of the check, variant calls included.
+        request: the request (index in the checked batch) where a failure is localised.
+        position: the position (draft index; ``n_b`` is the bonus) where a failure is localised.
+        statistic: the statistic of the decisive test (a count of violations for exact checks).
+        pvalue: the Holm-adjusted p-value of the decisive test (``None`` for exact checks).
+        alpha: the false-failure rate of the verdict (``None`` for exact checks).
+        detectable: the smallest deviation detected with power 0.999.
+    """
+
+    check: str
+    status: Status
+    variant: str
+    message: str
+    num_samples: int
+    seconds: float
+    request: int | None = None
+    position: int | None = None
+    statistic: float | None = None
+    pvalue: float | None = None
+    alpha: float | None = None
+    detectable: Deviation | None = None
+
+    @property
+    def passed(self) -> bool:
+        """Whether the variant passed."""
+        return self.status == "pass"
+
+
+class VariantError(Exception):
+    """The variant raised on a valid batch; the check that called it fails."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How a check runs: trials per request, false-failure rate, and the seed every choice derives from."""
+
+    num_samples: int = DEFAULT_NUM_SAMPLES
+    alpha: float = DEFAULT_ALPHA
+    seed: int = 0
+
+
+class Check:
+    """A check: a name, which variants and batches it applies to, and `run` returning a `Verdict`.
+
+    Attributes:
+        name: the check's name.
+        shares_trials: whether it runs on the trials `run_checks` draws once for every such check
+            (otherwise it makes its own variant calls).
+    """
+
+    name: str
+    shares_trials = True
+
+    def applies(self, variant: Variant, batch: SpecBatch) -> bool:
+        """Whether the check means anything for ``variant`` on ``batch``."""
+        return True
+
+    def run(
+        self,
+        variant: Variant,
+        batch: SpecBatch,
+        *,
+        num_samples: int = DEFAULT_NUM_SAMPLES,
+        alpha: float = DEFAULT_ALPHA,
+        seed: int = 0,
+        trials: Trials | None = None,
+    ) -> Verdict:
+        """Check ``variant`` on ``batch`` with ``num_samples`` trials per request (or ``trials``).
+
+        The verdict's time includes the variant calls the check makes; a variant that raises fails it.
+        """
+        start = time.perf_counter()
+        try:
+            verdict = self.verdict(variant, batch, Settings(num_samples, alpha, seed), trials)
+        except VariantError as error:
+            verdict = failed_call(self.name, variant, error)
+        return dataclasses.replace(verdict, seconds=time.perf_counter() - start)
+
+    def verdict(
+        self, variant: Variant, batch: SpecBatch, settings: Settings, trials: Trials | None
+    ) -> Verdict:
+        """The check itself (`run` times it and turns a raising variant into a failed verdict)."""
+        raise NotImplementedError
+
+
+class StatisticalCheck(Check):
+    """A check made of statistical tests on trials, combined by Holm at level ``alpha``.
+
+    The verdict fails iff the smallest Holm-adjusted p-value is below ``alpha``.
+    """
+
+    def draw(self, variant: Variant, batch: SpecBatch, settings: Settings) -> Trials:
+        """The trials the tests run on."""
+        return draw_trials(variant, batch, settings.num_samples, settings.seed)
+
+    def components(self, batch: SpecBatch, trials: Trials, alpha: float) -> tuple[list[Component], Deviation]:
+        """The tests, and the deviation they detect with power 0.999."""
+        raise NotImplementedError
+
+    def verdict(
+        self, variant: Variant, batch: SpecBatch, settings: Settings, trials: Trials | None
+    ) -> Verdict:
+        """Holm's combination of `components` on the trials."""
+        trials = trials or self.draw(variant, batch, settings)
+        alpha = settings.alpha
+        tests, detectable = self.components(batch, trials, alpha)
+        summary = f"{batch.num_requests} requests x {trials.num_trials} trials"
+        common = dict(
+            check=self.name,
+            variant=variant.name,
+            num_samples=batch.num_requests * trials.num_trials,
+            seconds=0.0,
+            alpha=alpha,
+            detectable=detectable,
+        )
+        if not tests:
+            return Verdict(status="pass", message=f"{summary}; nothing to test", pvalue=1.0, **common)
+        adjusted = stats.holm_adjusted([t.pvalue for t in tests])
+        worst = int(np.argmin(adjusted))
+        test, pvalue = tests[worst], float(adjusted[worst])
+        passed = pvalue >= alpha
+        where = f"request {test.request}" + ("" if test.position is None else f" position {test.position}")
+        message = (
+            f"{self.name} {'passes' if passed else 'FAILS'}: {summary}; decisive test at {where}: "
+            f"{test.what}, Holm p={pvalue:.3g} over {len(tests)} tests, alpha={alpha:g}; "
+            f"detects {detectable} with power 0.999"
+        )
+        return Verdict(
+            status="pass" if passed else "fail",
+            message=message,
+            request=test.request,
+            position=test.position,
+            statistic=test.statistic,
+            pvalue=pvalue,
+            **common,
+        )
+
+
+def trial_seeds(seed: int, purpose: str, count: int) -> I64Array:
+    """``count`` int64 request seeds in ``[0, 2**63)`` derived from ``(seed, purpose)``."""
+    words = np.random.SeedSequence([seed & (2**64 - 1), *purpose.encode()]).generate_state(count, np.uint64)
+    return np.asarray(words >> np.uint64(1), dtype=np.int64)
+
+
+def derived_rng(seed: int, purpose: str) -> np.random.Generator:
+    """A generator derived from ``(seed, purpose)``."""
+    return np.random.default_rng(np.random.SeedSequence([seed & (2**64 - 1), *purpose.encode()]))
+
+
+@dataclass(frozen=True)
+class Trials:
+    """``N`` independent samples of every request of a batch.
+
+    Attributes:
+        batch: the checked batch.
+        replicated: the batch the variant ran on: request ``b``'s trial ``t`` is request
+            ``b * N + t``, with its own seed and, for the marginal check, its own drafts.
+        output: the variant's output for ``replicated``, on the CPU, padded to the full width.
+        num_trials: ``N``.
+        seconds: wall time of the variant calls.
+        problems: shape and dtype violations of the raw outputs.
+    """
+
+    batch: SpecBatch
+    replicated: SpecBatch
+    output: SpecOutput
+    num_trials: int
+    seconds: float
+    problems: list[str] = field(default_factory=list)
+
+    def rows(self, request: int) -> slice:
+        """The rows of ``output`` that hold ``request``'s trials."""
+        return slice(request * self.num_trials, (request + 1) * self.num_trials)
+
+    def request_rows(self, request: int) -> tuple[I64Array, I64Array]:
+        """``(tokens [N, W], emitted [N])`` of one request's trials."""
+        rows = self.rows(request)
+        tokens = self.output.token_ids[rows].numpy().astype(np.int64)
+        emitted = self.output.num_emitted[rows].numpy().astype(np.int64)
+        return tokens, emitted
+
+
+def call_variant(
+    variant: Variant, batch: SpecBatch, max_elements: int = DEFAULT_MAX_ELEMENTS
+) -> tuple[SpecOutput, list[str]]:
+    """Run ``variant`` on ``batch`` in calls of at most ``max_elements`` logits; stack the outputs on the CPU.
+
+    Returns the output padded to ``max_n + 1`` columns and the shape violations of each raw output.
+
+    Raises:
+        VariantError: the variant raised.
+    """
+    counts = draft_counts(batch)
+    rows = counts + 1 + (counts if batch.draft_logits is not None and not batch.slotted else 0)
+    per_call = max(1, max_elements // max(batch.vocab_size, 1))
+    chunks: list[list[int]] = [[]]
+    load = 0
+    for b, r in enumerate(rows.tolist()):
+        if chunks[-1] and load + r > per_call:
+            chunks.append([])
+            load = 0
+        chunks[-1].append(b)
+        load += r
+    outputs, problems = [], []
+    for chunk in chunks:
+        part = batch if len(chunks) == 1 else select_requests(batch, chunk)
+        try:
+            output = variant(part)
+        except Exception as error:
+            raise VariantError(f"{type(error).__name__}: {error}") from error
+        try:
+            validate_output(output, part)
+        except ValueError as error:
+            problems.append(str(error))
+            output = _coerce(output, part)
+        outputs.append(output)
+    return pad_output(outputs, int(counts.max(initial=0)) + 1), problems
+
+
+def _coerce(output: SpecOutput, batch: SpecBatch) -> SpecOutput:
+    """A malformed output forced into the contract's shapes, so the invariants can point at it."""
+    width = batch.resolved_max_num_drafts() + 1
+    tokens = torch.full((batch.num_requests, width), -1, dtype=torch.int64)
+    raw = output.token_ids.detach().cpu().reshape(batch.num_requests, -1)[:, :width].to(torch.int64)
+    tokens[:, : raw.shape[1]] = raw
+    emitted = output.num_emitted.detach().cpu().reshape(-1)[: batch.num_requests].to(torch.int32)
+    return SpecOutput(token_ids=tokens, num_emitted=emitted, logprobs=None)
+
+
+def draw_trials(
+    variant: Variant,
+    batch: SpecBatch,
+    num_trials: int,
+    seed: int,
+    *,
+    draft_token_ids: I64Array | None = None,
+    purpose: str = "trials",
+    max_elements: int = DEFAULT_MAX_ELEMENTS,
+) -> Trials:
+    """Run ``variant`` on ``num_trials`` replicas of every request of ``batch`` with fresh seeds.
+
+    Args:
+        variant: the sampler under test.
+        batch: the checked batch.
+        num_trials: ``N``, the replicas of each request.
+        seed: derives the replicas' seeds (with ``purpose``).
+        draft_token_ids: optional ``[B * N * ...]`` draft ids of the replicated batch, request-major
+            (the marginal check draws them from ``q``).
+        purpose: separates the seed streams of different uses.
+        max_elements: the most logits per variant call.
+    """
+    if num_trials < 1:
+        raise ValueError(f"num_trials is {num_trials}; expected at least 1")
+    index = np.repeat(np.arange(batch.num_requests), num_trials)
+    ids = None if draft_token_ids is None else torch.as_tensor(draft_token_ids, dtype=torch.int64)
+    replicated = select_requests(
+        batch, index, seed=trial_seeds(seed, purpose, index.size), draft_token_ids=ids
+    )
+    start = time.perf_counter()
+    output, problems = call_variant(variant, replicated, max_elements)
+    return Trials(batch, replicated, output, num_trials, time.perf_counter() - start, problems)
+
+
+@dataclass(frozen=True)
+class Component:
+    """One statistical test inside a check: where it looks and what it found.
+
+    Attributes:
+        request: the request of the checked batch it tests.
+        position: the position it tests (``None`` for a whole-request test).
+        pvalue: its p-value, before Holm's adjustment.
+        statistic: its statistic (G, or an observed proportion for a binomial test).
+        what: a short description.
+    """
+
+    request: int
+    position: int | None
+    pvalue: float
+    statistic: float
+    what: str
+
+
+def failed_call(check: str, variant: Variant, error: VariantError, seconds: float = 0.0) -> Verdict:
+    """The verdict of a check whose variant call raised."""
+    return Verdict(
+        check=check,
+        status="fail",
+        variant=variant.name,
+        message=f"{check} FAILS: the variant raised on a valid batch: {error}",
+        num_samples=0,
+        seconds=seconds,
+    )
+
+
+def exact_verdict(
+    check: str,
+    variant: Variant,
+    *,
+    failures: int,
+    total: int,
+    passed: str,
+    failed: str,
+    request: int | None = None,
+    position: int | None = None,
+    samples_per_case: int | None = None,
+) -> Verdict:
+    """The verdict of an exact check: ``failures`` out of ``total`` samples broke it.
+
+    ``detectable`` is the per-sample rate of a violation seen at least once with probability 0.999
+    among ``samples_per_case`` samples (default: all of them).
+    """
+    detectable = Deviation(stats.zero_cell_detectable(samples_per_case or total), "rate per sample")
+    return Verdict(
+        check=check,
+        status="fail" if failures else "pass",
+        variant=variant.name,
+        message=f"{check} FAILS: {failed}" if failures else f"{check} passes: {passed}",
+        num_samples=total,
+        seconds=0.0,
+        request=request if failures else None,
+        position=position if failures else None,
+        statistic=float(failures),
+        detectable=detectable,
+    )
+
+
+def largest(values: Sequence[float]) -> float:
+    """The largest of ``values``, ``inf`` when there are none."""
+    return max(values, default=math.inf)
+
+
+# Requests compared by the invariance checks (composition, determinism): the first trials of each.
+INVARIANCE_TRIALS = 8
+
+
+def invariance_subject(batch: SpecBatch, num_samples: int, seed: int) -> tuple[SpecBatch, int]:
+    """A few trials of every request (at most `INVARIANCE_TRIALS`), and how many per request."""
+    trials = max(1, min(num_samples, INVARIANCE_TRIALS))
+    index = np.repeat(np.arange(batch.num_requests), trials)
+    return select_requests(batch, index, seed=trial_seeds(seed, "invariance", index.size)), trials
+
+
+def differing_rows(a: SpecOutput, b: SpecOutput, rows_a: I64Array, rows_b: I64Array) -> list[int]:
+    """The indices ``j`` at which row ``rows_a[j]`` of ``a`` and row ``rows_b[j]`` of ``b`` differ."""
+    count_a, count_b = a.num_emitted.numpy()[rows_a], b.num_emitted.numpy()[rows_b]
+    tokens_a, tokens_b = a.token_ids.numpy()[rows_a], b.token_ids.numpy()[rows_b]
+    width = min(tokens_a.shape[1], tokens_b.shape[1])
+    differ = (count_a != count_b) | (tokens_a[:, :width] != tokens_b[:, :width]).any(axis=1)
+    if a.logprobs is not None and b.logprobs is not None:
+        lp_a, lp_b = a.logprobs.numpy()[rows_a, :width], b.logprobs.numpy()[rows_b, :width]
+        differ |= ~np.isclose(lp_a, lp_b, rtol=1e-6, atol=1e-6, equal_nan=True).all(axis=1)
+    return np.nonzero(differ)[0].tolist()

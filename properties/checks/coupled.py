@@ -1,0 +1,196 @@
+"""Coupled agreement: a sampler on a scheme the walk replays emits what the float64 walk emits.
+
+The walk (`reference.walk`) is fed the same uniforms as the sampler (the variant's ``streams``), so
+every sample must equal the walk's, except where the first difference sits on a near tie (a
+decision float32 rounding could flip). Near ties are counted, and the differences they excuse may
+not exceed a share of the samples; logprobs of agreeing samples match the float64 ones within
+float32 tolerance. No statistics.
+
+`agreement` compares one output of a batch (the kernel tests and the GPU tier use it); `CHECK`
+checks a variant on repeated trials.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from properties.batching import select_requests
+from properties.checks.base import Check, Settings, Trials, Verdict, draw_trials, exact_verdict
+from properties.checks.invariants import logprob_ok
+from reference.contract import SpecBatch, SpecOutput, Variant
+from reference.sampler import reference_sample
+from reference.schemes import CANONICAL, RandomScheme
+from reference.walk import BatchRows, WalkResult, log_law, walk
+
+# Coupled agreement replays at most this many logits in float64 (the first trials of each request).
+DEFAULT_COUPLED_ELEMENTS = 1 << 24
+# Near-tie flips may excuse this share of samples (at least MIN_EXCUSED).
+MAX_EXCUSED_FRACTION = 0.05
+MIN_EXCUSED = 3
+
+
+@dataclass
+class Agreement:
+    """An output compared with the walk, sample by sample (one sample per request of the batch).
+
+    Attributes:
+        num_samples: the samples compared.
+        num_decisions: acceptance decisions and samples made along the walk.
+        near_ties: the walk's decisions float32 rounding could flip.
+        mismatches: samples that differ from the walk.
+        excused: mismatches whose first difference is a near tie.
+        unexplained: a line for each mismatch whose first difference is no near tie, and for each
+            logprob out of tolerance (empty when the output agrees).
+        first: ``(sample, position)`` of the first unexplained difference.
+    """
+
+    num_samples: int = 0
+    num_decisions: int = 0
+    near_ties: int = 0
+    mismatches: int = 0
+    excused: int = 0
+    unexplained: list[str] = field(default_factory=list)
+    first: tuple[int, int] | None = None
+
+
+def agreement(batch: SpecBatch, output: SpecOutput, scheme: RandomScheme = CANONICAL) -> Agreement:
+    """Compare ``output`` with the walk of ``batch`` on ``scheme``, request by request."""
+    walked = walk(batch, scheme)
+    width = walked.near.shape[1]
+    mine = output.token_ids.detach().cpu().numpy()[:, :width]
+    mine_emitted = output.num_emitted.detach().cpu().numpy().astype(np.int64)
+    ref = walked.output.token_ids.numpy()
+    ref_emitted = walked.output.num_emitted.numpy().astype(np.int64)
+    differs = (mine != ref) & (np.arange(width)[None, :] < ref_emitted[:, None])
+    mismatched = np.nonzero((mine_emitted != ref_emitted) | differs.any(axis=1))[0]
+    result = Agreement(batch.num_requests, walked.num_decisions, walked.near_ties, int(mismatched.size))
+    unexcused = []
+    for r in mismatched:
+        diff = np.nonzero(differs[r])[0]
+        first = int(min(diff[0] if diff.size else ref_emitted[r] - 1, ref_emitted[r] - 1))
+        if walked.near[r, first]:
+            result.excused += 1
+            continue
+        unexcused.append(int(r))
+        got = mine[r, : max(0, min(int(mine_emitted[r]), width))].tolist()
+        result.unexplained.append(
+            f"sample {r}: emits {got}, walk {ref[r, : ref_emitted[r]].tolist()}; "
+            f"first difference at position {first}, no near tie"
+        )
+        result.first = result.first or (int(r), first)
+    if unexcused:
+        _confirm_with_reference(batch, unexcused, walked, scheme)
+    if output.logprobs is not None:
+        agree = np.ones(batch.num_requests, dtype=bool)
+        agree[mismatched] = False
+        result.unexplained += _logprob_problems(batch, walked, output.logprobs.detach().cpu().numpy(), agree)
+    return result
+
+
+def _confirm_with_reference(
+    batch: SpecBatch, rows: list[int], walked: WalkResult, scheme: RandomScheme
+) -> None:
+    """Re-derive the output of ``rows`` with the scalar reference; a disagreement is a harness bug."""
+    chosen = rows[:64]
+    expected = reference_sample(select_requests(batch, chosen), scheme=scheme)
+    tokens, emitted = walked.output.token_ids, walked.output.num_emitted
+    for j, r in enumerate(chosen):
+        count = int(expected.num_emitted[j])
+        if count != int(emitted[r]) or expected.token_ids[j, :count].tolist() != tokens[r, :count].tolist():
+            raise AssertionError(
+                f"reference.walk disagrees with reference_sample on sample {r}: "
+                f"{tokens[r, : int(emitted[r])].tolist()} != {expected.token_ids[j, :count].tolist()}"
+            )
+
+
+def _logprob_problems(batch: SpecBatch, walked: WalkResult, mine: np.ndarray, agree: np.ndarray) -> list[str]:
+    """Logprobs of the samples that agree with the walk, against the float64 log-probabilities."""
+    rows = BatchRows.of(batch)
+    tokens = walked.output.token_ids.numpy()
+    emitted = walked.output.num_emitted.numpy()
+    temperature = np.where(rows.temperature > 0, rows.temperature, 1.0)
+    problems = []
+    for k in range(tokens.shape[1]):
+        r = np.nonzero(agree & (emitted > k))[0]
+        if r.size == 0:
+            continue
+        law = log_law(rows.target_rows(r, k), temperature[r])
+        token, index = tokens[r, k], np.arange(r.size)
+        ok = logprob_ok(mine[r, k], law.log_probs[index, token], law.tolerance[index, token])
+        for j in np.nonzero(~ok)[0]:
+            expected = law.log_probs[j, token[j]]
+            problems.append(
+                f"sample {r[j]} position {k}: logprob {mine[r[j], k]:.6g}, expected {expected:.6g}"
+            )
+    return problems
+
+
+class Coupled(Check):
+    """A variant on a scheme the walk replays emits what the walk emits from the same uniforms.
+
+    The float64 replay costs about ``V`` draws per sample and sampled row, so it compares the first
+    trials of each request up to `DEFAULT_COUPLED_ELEMENTS` logits in all.
+    """
+
+    name = "coupled"
+
+    def __init__(
+        self, max_excused_fraction: float = MAX_EXCUSED_FRACTION, max_elements: int = DEFAULT_COUPLED_ELEMENTS
+    ) -> None:
+        self.max_excused_fraction = max_excused_fraction
+        self.max_elements = max_elements
+
+    def applies(self, variant: Variant, batch: SpecBatch) -> bool:
+        """Only a variant that declares its random scheme can be replayed."""
+        return getattr(variant, "streams", None) is not None
+
+    def verdict(
+        self, variant: Variant, batch: SpecBatch, settings: Settings, trials: Trials | None
+    ) -> Verdict:
+        """Compare the first trials of each request; ``alpha`` is unused; ``detectable``: the
+        per-sample disagreement rate seen with probability 0.999."""
+        trials = trials or draw_trials(variant, batch, settings.num_samples, settings.seed)
+        width = batch.resolved_max_num_drafts() + 1
+        per_request = max(
+            1, min(trials.num_trials, self.max_elements // (batch.num_requests * batch.vocab_size * width))
+        )
+        rows = (
+            np.arange(batch.num_requests)[:, None] * trials.num_trials + np.arange(per_request)[None, :]
+        ).reshape(-1)
+        compared = (
+            trials.replicated
+            if per_request == trials.num_trials
+            else select_requests(trials.replicated, rows)
+        )
+        output = SpecOutput(
+            token_ids=trials.output.token_ids[rows],
+            num_emitted=trials.output.num_emitted[rows],
+            logprobs=None if trials.output.logprobs is None else trials.output.logprobs[rows],
+        )
+        scheme = variant.streams
+        assert scheme is not None
+        found = agreement(compared, output, scheme)
+        total = compared.num_requests
+        bound = max(MIN_EXCUSED, int(self.max_excused_fraction * total))
+        summary = (
+            f"{total} samples, {found.num_decisions} decisions, {found.near_ties} near ties, "
+            f"{found.excused} near-tie differences (at most {bound})"
+        )
+        first = found.first or (0, None)
+        return exact_verdict(
+            self.name,
+            variant,
+            failures=len(found.unexplained) or int(found.excused > bound) * found.excused,
+            total=total,
+            passed=f"{summary}, on scheme {scheme.name}",
+            failed=f"{len(found.unexplained)} differences ({summary}); first: {found.unexplained[0]}"
+            if found.unexplained
+            else f"too many near-tie differences: {summary}",
+            request=first[0] // per_request,
+            position=first[1],
+        )
+
+
+CHECK = Coupled()

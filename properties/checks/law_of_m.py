@@ -1,0 +1,66 @@
+"""The law of ``m``: the number of accepted drafts follows the exact law, request by request.
+
+Exact binomial tests: the count of each ``m = j`` against ``Bin(N, P(m = j))``, and at each position
+``i`` the acceptances among the trials that reached it against ``Bin(reached, a_i)``. Holm combines
+all of them at level ``alpha``. ``detectable``: the absolute deviation of a probability
+``P(m = j)`` detected with power 0.999 (at Holm's first level ``alpha / k``), the largest over cells
+and requests.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from properties import stats
+from properties.checks.base import Component, Deviation, StatisticalCheck, Trials, largest
+from reference.contract import SpecBatch
+from reference.law import exact_law
+
+
+def components(batch: SpecBatch, trials: Trials, alpha: float) -> tuple[list[Component], Deviation]:
+    """The exact binomial tests of the law of m, and the deviation they detect."""
+    tests: list[Component] = []
+    cells: list[tuple[int, float]] = []
+    for b, law in enumerate(exact_law(batch)):
+        _, emitted = trials.request_rows(b)
+        n = law.accept_probs.shape[0]
+        m = emitted - 1
+        size = m.shape[0]
+        impossible = int(np.sum((m < 0) | (m > n)))
+        if impossible:
+            tests.append(
+                Component(b, None, 0.0, float(impossible), f"{impossible} trials with m outside [0, {n}]")
+            )
+        counts = np.bincount(np.clip(m, 0, n), minlength=n + 1)
+        for j in range(n + 1):
+            p = float(law.stop_probs[j])
+            pvalue = float(stats.binomial_pvalues(counts[j], size, p))
+            tests.append(
+                Component(b, j, pvalue, counts[j] / size, f"m={j} in {counts[j]}/{size} trials, P={p:.4g}")
+            )
+            cells.append((size, p))
+        for i in range(n):
+            reached = int(np.sum(m >= i))
+            if reached == 0:
+                continue
+            accepted = int(np.sum(m >= i + 1))
+            a = float(law.accept_probs[i])
+            pvalue = float(stats.binomial_pvalues(accepted, reached, a))
+            what = f"draft {i} accepted in {accepted}/{reached} trials, rate {a:.4g}"
+            tests.append(Component(b, i, pvalue, accepted / reached, what))
+    level = alpha / max(len(tests), 1)
+    detectable = largest([stats.binomial_detectable(size, p, level) for size, p in cells])
+    return tests, Deviation(detectable, "probability")
+
+
+class LawOfM(StatisticalCheck):
+    """The number of accepted drafts follows the exact law (the module docstring gives the tests)."""
+
+    name = "law_of_m"
+
+    def components(self, batch: SpecBatch, trials: Trials, alpha: float) -> tuple[list[Component], Deviation]:
+        """The exact binomial tests of the law of m, and the deviation they detect."""
+        return components(batch, trials, alpha)
+
+
+CHECK = LawOfM()

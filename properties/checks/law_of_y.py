@@ -1,0 +1,109 @@
+"""The law of ``y``: the emitted token follows the exact law given the number accepted.
+
+Per request: a G-test of the joint law of ``(m, y)``, a G-test of ``y`` given each ``m = j`` that
+occurred (cells pooled by probability rank, every pooled cell expecting >= 20; one observation of
+probability 0 rejects, which covers the zero-probability tokens), and exact binomial tests of
+`bug_shaped_sets` given each ``m = j``. Holm combines all of them at level ``alpha``.
+``detectable``: the total variation on the joint law of ``(m, y)`` detected with power 0.999 (at
+Holm's first level ``alpha / k``), the largest over requests.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from properties import stats
+from properties.checks.base import Component, Deviation, StatisticalCheck, Trials, largest
+from reference.contract import SpecBatch
+from reference.law import exact_law
+
+DEFAULT_BLOCK_SIZE = 4096
+I64Array = npt.NDArray[np.int64]
+
+
+def bug_shaped_sets(vocab_size: int, draft: int, block_size: int = DEFAULT_BLOCK_SIZE) -> dict[str, I64Array]:
+    """Token sets where real bugs put or lose mass: the first and last ids, the last tile, the draft.
+
+    Token 0 and ``V - 1`` are where degenerate residuals fall back (M19); the last tile of
+    ``block_size`` tokens is what a dropped tile loses (M16); the draft token is what a residual that
+    subtracts ``q`` only at the draft (M04) or an unclamped residual (M03) gets wrong.
+    """
+    sets: dict[str, I64Array] = {"token 0": np.array([0])}
+    if vocab_size > 1:
+        sets[f"token {vocab_size - 1}"] = np.array([vocab_size - 1])
+    if vocab_size > block_size:
+        first = vocab_size - (vocab_size % block_size or block_size)
+        sets[f"last tile [{first}, {vocab_size})"] = np.arange(first, vocab_size)
+    if 0 <= draft < vocab_size and draft not in (0, vocab_size - 1):
+        sets[f"draft token {draft}"] = np.array([draft])
+    return sets
+
+
+def components(
+    batch: SpecBatch, trials: Trials, alpha: float, block_size: int = DEFAULT_BLOCK_SIZE
+) -> tuple[list[Component], Deviation]:
+    """The tests of the law of y given m, and the deviation they detect."""
+    vocab_size = batch.vocab_size
+    tests: list[Component] = []
+    joints = []
+    for b, law in enumerate(exact_law(batch)):
+        tokens, emitted = trials.request_rows(b)
+        n = law.accept_probs.shape[0]
+        m = emitted - 1
+        ok = (m >= 0) & (m <= n)
+        y = np.where(ok, tokens[np.arange(m.shape[0]), np.clip(m, 0, tokens.shape[1] - 1)], -1)
+        ok &= (y >= 0) & (y < vocab_size)
+        if not ok.all():
+            bad = int(np.sum(~ok))
+            tests.append(Component(b, None, 0.0, float(bad), f"{bad} trials with m or y out of range"))
+        m, y = m[ok], y[ok]
+        if m.size == 0:
+            continue
+        joint_law = law.joint_probs().reshape(-1)
+        joints.append(joint_law)
+        joint = np.bincount(m * vocab_size + y, minlength=(n + 1) * vocab_size).astype(np.float64)
+        fit = stats.GoodnessOfFit(joint_law, m.size)
+        what = f"joint law of (m, y): G over {fit.num_groups} pooled cells, N={m.size}"
+        tests.append(Component(b, None, float(fit.pvalues(joint)), float(fit.statistics(joint)), what))
+        joint = joint.reshape(n + 1, vocab_size)
+        for j in range(n + 1):
+            reached = int(joint[j].sum())
+            if reached == 0:
+                continue
+            fit_j = stats.GoodnessOfFit(law.token_probs[j], reached)
+            what = f"y given m={j}: G over {fit_j.num_groups} pooled cells, N={reached}"
+            tests.append(
+                Component(b, j, float(fit_j.pvalues(joint[j])), float(fit_j.statistics(joint[j])), what)
+            )
+            draft = int(law.draft_token_ids[j]) if j < n else -1
+            for name, chosen in bug_shaped_sets(vocab_size, draft, block_size).items():
+                p = float(law.token_probs[j, chosen].sum())
+                hits = int(joint[j, chosen].sum())
+                pvalue = float(stats.binomial_pvalues(hits, reached, p))
+                tests.append(
+                    Component(
+                        b, j, pvalue, hits / reached, f"y in {name} given m={j}: {hits}/{reached}, P={p:.4g}"
+                    )
+                )
+    level = alpha / max(len(tests), 1)
+    detectable = largest(
+        [stats.GoodnessOfFit(j, trials.num_trials, alpha=level).detectable_tv for j in joints]
+    )
+    return tests, Deviation(detectable, "total variation")
+
+
+class LawOfY(StatisticalCheck):
+    """The emitted token follows the exact law given the number accepted (tests: the module docstring)."""
+
+    name = "law_of_y"
+
+    def __init__(self, block_size: int = DEFAULT_BLOCK_SIZE) -> None:
+        self.block_size = block_size
+
+    def components(self, batch: SpecBatch, trials: Trials, alpha: float) -> tuple[list[Component], Deviation]:
+        """The tests of the law of y given m, and the deviation they detect."""
+        return components(batch, trials, alpha, self.block_size)
+
+
+CHECK = LawOfY()

@@ -1,0 +1,135 @@
+"""The kernels' launch interface: arguments by name, few parameters, workspace layout, direct-launch guard."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import torch
+import triton
+
+from kernels import launch, rejection
+from kernels import rejection_kernels as jit
+from reference.contract import RequestData, SpecBatch, SpecOutput, make_batch
+
+DEVICE = "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu"
+MAX_PARAMETERS = 24
+
+
+def _batch(method: str = "probabilistic") -> SpecBatch:
+    """Two requests with flat draft logits over a 40-token vocabulary."""
+    rng = np.random.default_rng(3)
+    requests = [
+        RequestData(rng.normal(size=(n + 1, 40)), rng.integers(0, 40, n), rng.normal(size=(n, 40)), 1.0, seed)
+        for seed, n in enumerate((2, 1))
+    ]
+    return make_batch(requests, method=method, synthetic_rates=[0.5, 0.5], device=DEVICE)
+
+
+def _assert_same(first: SpecOutput, second: SpecOutput) -> None:
+    assert torch.equal(first.token_ids, second.token_ids)
+    assert torch.equal(first.num_emitted, second.num_emitted)
+    assert first.logprobs is not None and second.logprobs is not None
+    assert torch.equal(first.logprobs.nan_to_num(nan=7.0), second.logprobs.nan_to_num(nan=7.0))
+
+
+def _dispatches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count the calls of `launch.dispatch` (one per sampler call that goes through Triton's dispatch)."""
+    calls: list[int] = []
+    dispatch = launch.dispatch
+
+    def counted(*args: object, **kwargs: bool) -> list[launch.CachedLaunch]:
+        calls.append(1)
+        return dispatch(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(launch, "dispatch", counted)
+    return calls
+
+
+def test_supported_release_allows_the_direct_launch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Triton release in the supported set, with the variable unset, allows the direct launch."""
+    monkeypatch.delenv(launch.DIRECT_LAUNCH_ENV, raising=False)
+    for release in launch.SUPPORTED_TRITON:
+        monkeypatch.setattr(triton, "__version__", f"{release}.0")
+        assert launch.direct_launch_available()
+
+
+def test_other_triton_release_goes_through_dispatch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On an unsupported Triton release a call goes through Triton's dispatch, with the same output."""
+    batch = _batch()
+    rejection.rejection_sample(batch)  # on a GPU, caches compiled launches for the direct path
+    before = rejection.rejection_sample(batch)
+    monkeypatch.setattr(triton, "__version__", "9.9.0")
+    assert not launch.direct_launch_available()
+    assert not launch.direct_launch_ready()
+    calls = _dispatches(monkeypatch)
+    _assert_same(rejection.rejection_sample(batch), before)
+    assert calls == [1]
+
+
+def test_environment_variable_turns_the_direct_launch_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With SPECSAMPLE_DIRECT_LAUNCH=0 every call goes through Triton's dispatch, with the same output."""
+    batch = _batch("synthetic")
+    rejection.rejection_sample(batch)
+    before = rejection.rejection_sample(batch)
+    monkeypatch.setenv(launch.DIRECT_LAUNCH_ENV, "0")
+    assert not launch.direct_launch_available()
+    calls = _dispatches(monkeypatch)
+    _assert_same(rejection.rejection_sample(batch), before)
+    assert calls == [1]
+
+
+def test_every_kernel_takes_at_most_24_parameters() -> None:
+    """Every kernel, and so every kernel a plan launches, takes at most 24 parameters, constexprs included."""
+    kernels = {name: value for name, value in vars(jit).items() if name.endswith("_kernel")}
+    launched = {item.kernel.__name__ for item in rejection.make_plan(_batch()).launches}
+    assert launched and launched <= set(kernels)
+    for name, kernel in kernels.items():
+        assert len(kernel.arg_names) <= MAX_PARAMETERS, f"{name} takes {len(kernel.arg_names)} parameters"
+
+
+def test_missing_or_unknown_argument_names_raise() -> None:
+    """Arguments without one of a kernel's parameters, or with a name it lacks, raise ValueError naming it."""
+    kernel = jit.emit_kernel
+    complete = {name: 0 for name in kernel.arg_names}
+    assert launch.kernel_arguments(kernel, dict(reversed(complete.items()))) == tuple(complete.values())
+    without = {name: 0 for name in kernel.arg_names if name != "num_splits"}
+    with pytest.raises(ValueError, match="missing arguments num_splits"):
+        launch.kernel_arguments(kernel, without)
+    with pytest.raises(ValueError, match="unknown arguments num_split_blocks"):
+        launch.kernel_arguments(kernel, {**complete, "num_split_blocks": 1})
+    with pytest.raises(ValueError, match="values that are also buffers: token_ids_ptr"):
+        launch.Launch.of(kernel, (1, 1, 1), values=complete, options={}, buffers=("token_ids_ptr",))
+
+
+def test_launch_arguments_follow_the_kernel_parameters() -> None:
+    """A launch passes each call buffer and each plan value at the position of the parameter of its name."""
+    batch = _batch()
+    plan = rejection.make_plan(batch)
+    buffers = {name: f"<{name}>" for name in rejection.CALL_BUFFERS}
+    for item in plan.launches:
+        named = dict(zip(item.kernel.arg_names, item.arguments(buffers), strict=True))
+        for name, value in named.items():
+            assert value == buffers.get(name, value)
+        assert named["vocab_size"] == batch.vocab_size
+
+
+@pytest.mark.parametrize("method", ["probabilistic", "strict", "synthetic"])
+def test_workspace_records_are_aligned_and_apart(method: str) -> None:
+    """Records follow the split records 16-byte aligned and in order; only counters and flags are zeroed."""
+    batch = _batch(method)
+    plan = rejection.make_plan(batch)
+    geometry = plan.geometry.cpu().tolist()
+    assert len(geometry) == jit.GEOMETRY_FIELDS.value
+    num_splits = rejection.vocab_layout(batch.vocab_size).num_splits
+    split_words = jit.SPLIT_RECORDS.value * rejection._aligned(plan.num_requests * plan.width * num_splits)
+    counter, stop_flag, row_float, row_int = (
+        geometry[field.value]
+        for field in (jit.WORK_COUNTER, jit.WORK_STOP_FLAG, jit.WORK_ROW_FLOAT, jit.WORK_ROW_INT)
+    )
+    starts = [counter, stop_flag, row_float, row_int, *(record.offset for record in plan.records[2:])]
+    assert starts[0] == split_words and starts == sorted(set(starts)) and starts[-1] < plan.work_words
+    assert all(start % 4 == 0 for start in starts)
+    assert plan.zeroed == slice(counter, row_float)
+    assert [record.offset for record in plan.records[:2]] == [row_float, row_int]

@@ -1,0 +1,176 @@
+"""The verification methods in one table: each method's rules, and what the harness and kernels need.
+
+The per-position rules are written here once. At position ``i`` of a request, with target law
+``p``, draft law ``q`` and draft ``d``:
+
+- a placeholder (``d = -1``) is rejected by every method, and ``y ~ p``;
+- a greedy row (``T == 0``, ``p = onehot(argmax)``) accepts iff ``d`` is the argmax, unless the
+  method says otherwise (synthetic accepts at its rate), and emits the argmax on rejection;
+- otherwise the method decides: `Method.accept_probability` and `Method.rejection_law` are its
+  exact law, `Method.decide` its decision from the sampler's uniform (or from the row's sample,
+  when it ``decides_by_sampling``).
+
+The exact law (`reference.law`), the scalar reference sampler (`reference.sampler`) and the
+vectorised walk (`reference.walk`) all take their rules from here. `METHODS` is the table: the
+checks, the strategies, the targeted cases, the benchmark grid, the CLI and the kernels' method
+codes iterate it. A new method is a new entry here, its kernel branch, and nothing else.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+F64Array = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+
+MethodName = Literal["strict", "probabilistic", "synthetic"]
+
+
+def accepts(target_prob: npt.ArrayLike, draft_prob: npt.ArrayLike, uniform: npt.ArrayLike) -> BoolArray:
+    """The probabilistic acceptance test ``p(d) > u * q(d)``.
+
+    Strict ``>``: a token with ``p = 0`` is never accepted, even at ``u = 0``; a token with
+    ``q = 0 < p`` always is.
+    """
+    return np.asarray(np.asarray(target_prob) > np.asarray(uniform) * np.asarray(draft_prob))
+
+
+def residual_law(target: F64Array, draft: F64Array) -> F64Array:
+    """``(p - q)+`` normalised, or ``p`` itself where the residual has no mass (rows ``[..., V]``)."""
+    residual = np.maximum(target - draft, 0.0)
+    mass = residual.sum(axis=-1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.asarray(np.where(mass > 0.0, residual / mass, target), dtype=np.float64)
+
+
+def without_token(target: F64Array, token: npt.ArrayLike) -> F64Array:
+    """``p`` restricted to ``x != token``, renormalised; ``p`` itself for ``-1`` or when nothing is left."""
+    token = np.asarray(token)[..., None]
+    excluded = np.arange(target.shape[-1]) == token
+    law = residual_law(target, np.where(excluded, np.inf, 0.0))
+    return np.asarray(np.where(token < 0, target, law), dtype=np.float64)
+
+
+class Method:
+    """One verification method: its rules and the facts the harness and the kernels need of it.
+
+    Attributes:
+        name: the ``SpecBatch.method`` string.
+        kernel_code: the method's code in the Triton kernels (``METHOD`` constexpr).
+        lossless: with drafts drawn from ``q``, every emitted position follows ``p`` (the marginal
+            check applies).
+        greedy_accepts_argmax: a greedy row accepts iff its draft is the argmax (else the method's
+            own decision applies to greedy rows too).
+        decides_by_sampling: the decision draws the row's sample ``x ~ p`` and accepts iff
+            ``x == d``; on rejection that sample is emitted.
+        accepts_any_draft: an accepted draft may have target probability 0 (lossy by design).
+        exact_decision: the decision compares exact values (no float32 rounding can flip it).
+        uses_draft_law: the decision compares ``p(d)`` with ``u q(d)`` and a rejection draws from
+            ``(p - q)+``, so the sampler reads the draft logits (and the walk's near-tie model
+            follows the rounding of both).
+        takes_rates: the method reads ``synthetic_rates``.
+        strategy_weight: how often the strategies draw the method, relative to the others.
+        targeted: the targeted cases (`fuzz.targeted`) built for the method.
+    """
+
+    name: MethodName
+    kernel_code: int
+    lossless = True
+    greedy_accepts_argmax = True
+    decides_by_sampling = False
+    accepts_any_draft = False
+    exact_decision = False
+    uses_draft_law = False
+    takes_rates = False
+    strategy_weight = 1
+    targeted: tuple[str, ...] = ()
+
+    def accept_probability(self, target: F64Array, draft: F64Array, token: int, rate: float) -> float:
+        """The probability that the sampler accepts ``token`` (a real draft) at a sampled row."""
+        raise NotImplementedError
+
+    def rejection_law(self, target: F64Array, draft: F64Array, token: npt.ArrayLike) -> F64Array:
+        """The law of ``y`` once ``token`` (a real draft) is rejected at a sampled row (rows ``[..., V]``)."""
+        raise NotImplementedError
+
+    def decide(
+        self, target_prob: F64Array, draft_prob: F64Array, uniform: F64Array, rate: F64Array
+    ) -> BoolArray:
+        """Whether the drafts are accepted, from the sampler's acceptance uniforms (``[A]`` arrays)."""
+        raise NotImplementedError
+
+
+class Probabilistic(Method):
+    """Speculative sampling: accept with ``min(1, p(d) / q(d))``, else draw from ``(p - q)+``."""
+
+    name = "probabilistic"
+    kernel_code = 0
+    uses_draft_law = True
+    targeted = ("verification", "zero-mass drafts", "greedy and slots", "nan rows")
+
+    def accept_probability(self, target: F64Array, draft: F64Array, token: int, rate: float) -> float:
+        """``P(p > u * q)`` for ``u ~ U[0, 1)``: ``min(1, p / q)``; 1 if ``q = 0 < p``; 0 if ``p = 0``."""
+        p, q = float(target[token]), float(draft[token])
+        if p <= 0.0:
+            return 0.0
+        return 1.0 if q <= 0.0 else min(1.0, p / q)
+
+    def rejection_law(self, target: F64Array, draft: F64Array, token: npt.ArrayLike) -> F64Array:
+        """The residual ``(p - q)+`` normalised, ``p`` when it has no mass."""
+        return residual_law(target, draft)
+
+    def decide(
+        self, target_prob: F64Array, draft_prob: F64Array, uniform: F64Array, rate: F64Array
+    ) -> BoolArray:
+        """``p(d) > u * q(d)``."""
+        return accepts(target_prob, draft_prob, uniform)
+
+
+class Strict(Method):
+    """Strict verification: sample ``x ~ p`` and accept iff ``x == d``; on rejection emit ``x``."""
+
+    name = "strict"
+    kernel_code = 1
+    decides_by_sampling = True
+    targeted = ("verification",)
+
+    def accept_probability(self, target: F64Array, draft: F64Array, token: int, rate: float) -> float:
+        """``p(d)``."""
+        return float(target[token])
+
+    def rejection_law(self, target: F64Array, draft: F64Array, token: npt.ArrayLike) -> F64Array:
+        """``p`` restricted to ``x != d``."""
+        return without_token(target, token)
+
+
+class Synthetic(Method):
+    """Synthetic sampling (lossy, for load tests): accept a real draft with rate ``c_i``, else ``y ~ p``."""
+
+    name = "synthetic"
+    kernel_code = 2
+    lossless = False
+    greedy_accepts_argmax = False
+    accepts_any_draft = True
+    exact_decision = True
+    takes_rates = True
+    targeted = ("synthetic",)
+
+    def accept_probability(self, target: F64Array, draft: F64Array, token: int, rate: float) -> float:
+        """``c_i``, whatever the logits."""
+        return rate
+
+    def rejection_law(self, target: F64Array, draft: F64Array, token: npt.ArrayLike) -> F64Array:
+        """``p``."""
+        return target
+
+    def decide(
+        self, target_prob: F64Array, draft_prob: F64Array, uniform: F64Array, rate: F64Array
+    ) -> BoolArray:
+        """``u < c_i``."""
+        return np.asarray(uniform < rate)
+
+
+METHODS: dict[str, Method] = {m.name: m for m in (Strict(), Probabilistic(), Synthetic())}

@@ -1,0 +1,152 @@
+"""Random schemes: where a sampler's uniforms come from, so the float64 walk can replay them.
+
+A scheme maps ``(seed, step, position, purpose, token)`` to the uniforms a sampler consumes and says
+how it turns them into a sample. Every scheme here samples by Gumbel-max: the token emitted from a
+row of weights ``w`` is ``argmax_x(log w(x) + g_x)``, ties to the lowest index, with the Gumbel
+noise ``g`` the scheme derives from its uniforms. A scheme gives:
+
+- `RandomScheme.accept_uniforms`: the uniform ``u`` each acceptance test compares
+  (``p(d) > u * q(d)``; synthetic sampling accepts iff ``u < c``);
+- `RandomScheme.gumbel_noise`: the noise of every token of one row, and the float32 tolerance of
+  each value (how far a kernel computing it in float32 may land from the float64 value).
+
+A variant declares its scheme in its ``streams`` attribute (``None`` for a sampler with its own
+generator): every variant on a scheme the walk replays gets the coupled check.
+
+Two schemes ship:
+
+- `CANONICAL` (``canonical-v1``), our kernels': ``tl.rand(seed, offset)`` with
+  ``offset = (((step * 128 + i) * 4 + purpose) << 22) + token``; purpose 0 is the acceptance
+  uniform of position ``i`` (token 0), purpose 1 the noise of row ``i``;
+  ``g = -log(-log u)``.
+- `MRV2` (``mrv2``), shaped like vLLM's Model Runner V2: a row's position in the sequence is
+  ``pos = step + i`` (``step`` plays the number of tokens computed before the first draft). The
+  acceptance uniform is ``tl.rand(seed, pos)``; the noise of token ``t`` is drawn from a 32-bit
+  hash of ``(seed, pos, t)``, ``u_t = tl.rand(tl.randint(seed, pos), t)``, with
+  ``g = -log(-log1p(-u_t))``. Both uniforms are clamped below at ``2**-31`` (never 0).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+from reference import philox
+
+F64Array = npt.NDArray[np.float64]
+F32Array = npt.NDArray[np.float32]
+I64Array = npt.NDArray[np.int64]
+
+# A float32 computation of a noise value lands within TOL_ULPS * 2**-23 * (|g| + 2) of float64's.
+EPS32 = 2.0**-23
+TOL_ULPS = 8.0
+ACCEPT_PURPOSE = 0
+SAMPLE_PURPOSE = 1
+# The smallest uniform `tl.rand` makes other than 0.
+RAND_MIN = float(philox.UNIFORM_SCALE)
+
+
+@dataclass(frozen=True)
+class Noise:
+    """The Gumbel noise of rows of tokens and its float32 tolerance, both ``[A, V]`` float64.
+
+    Attributes:
+        uniforms: ``[A, V]`` float32, the uniforms the noise derives from (a mutant that samples by
+            inverse CDF reads them).
+        gumbel: ``[A, V]``, ``-inf`` where the uniform rules a token out.
+        tolerance: ``[A, V]``, 0 where the noise is infinite.
+    """
+
+    uniforms: F32Array
+    gumbel: F64Array
+    tolerance: F64Array
+
+
+@runtime_checkable
+class RandomScheme(Protocol):
+    """How a sampler draws its random numbers, replayable in float64.
+
+    ``seed`` and ``step`` are ``[A]`` int64 (one entry per row sampled), ``position`` the draft
+    index ``i`` (``n`` for the bonus row) of each row.
+    """
+
+    name: str
+
+    def accept_uniforms(self, seed: I64Array, step: I64Array, position: npt.ArrayLike) -> F64Array:
+        """``[A]`` the uniform each acceptance test compares, as the kernel holds it."""
+        ...
+
+    def gumbel_noise(self, seed: I64Array, step: I64Array, position: npt.ArrayLike, vocab_size: int) -> Noise:
+        """``[A, V]`` the Gumbel noise of every token of each row."""
+        ...
+
+
+def stream_offsets(
+    step: npt.ArrayLike, position: npt.ArrayLike, purpose: int, token: npt.ArrayLike
+) -> npt.NDArray[np.uint64]:
+    """The canonical Philox offsets, computed modulo 2**64 as the kernels' int64 arithmetic does."""
+    row = (np.asarray(step).astype(np.uint64) * np.uint64(128) + np.asarray(position, dtype=np.uint64)) * (
+        np.uint64(4)
+    )
+    return ((row + np.uint64(purpose)) << np.uint64(22)) + np.asarray(token, dtype=np.uint64)
+
+
+def _tolerance(gumbel: F64Array) -> F64Array:
+    finite = np.isfinite(gumbel)
+    return np.where(finite, TOL_ULPS * EPS32 * (np.abs(np.where(finite, gumbel, 0.0)) + 2.0), 0.0)
+
+
+def _column(values: npt.ArrayLike) -> npt.NDArray[np.generic]:
+    return np.asarray(values).reshape(-1, 1)
+
+
+class CanonicalV1:
+    """Our kernels' scheme: one Philox offset per ``(step, position, purpose, token)``."""
+
+    name = "canonical-v1"
+
+    def accept_uniforms(self, seed: I64Array, step: I64Array, position: npt.ArrayLike) -> F64Array:
+        """``tl.rand(seed, offset(step, i, 0, 0))``."""
+        offsets = stream_offsets(step, position, ACCEPT_PURPOSE, 0)
+        return philox.rand(np.asarray(seed), offsets).astype(np.float64)
+
+    def gumbel_noise(self, seed: I64Array, step: I64Array, position: npt.ArrayLike, vocab_size: int) -> Noise:
+        """``g = -log(-log u)`` with ``u = tl.rand(seed, offset(step, i, 1, token))``."""
+        rows = np.broadcast_to(np.asarray(position), np.shape(seed))
+        offsets = stream_offsets(_column(step), _column(rows), SAMPLE_PURPOSE, np.arange(vocab_size)[None, :])
+        uniforms = philox.rand(_column(seed), offsets)
+        with np.errstate(divide="ignore"):
+            gumbel = -np.log(-np.log(uniforms.astype(np.float64)))
+        return Noise(uniforms, gumbel, _tolerance(gumbel))
+
+
+class Mrv2:
+    """A scheme shaped like vLLM Model Runner V2's: positions, and noise hashed from the row's draw."""
+
+    name = "mrv2"
+
+    def accept_uniforms(self, seed: I64Array, step: I64Array, position: npt.ArrayLike) -> F64Array:
+        """``max(tl.rand(seed, step + i), 2**-31)``."""
+        pos = np.asarray(step, dtype=np.int64) + np.asarray(position, dtype=np.int64)
+        return np.maximum(philox.rand(np.asarray(seed), pos).astype(np.float64), RAND_MIN)
+
+    def gumbel_noise(self, seed: I64Array, step: I64Array, position: npt.ArrayLike, vocab_size: int) -> Noise:
+        """``g = -log(-log1p(-u))``, ``u = max(tl.rand(tl.randint(seed, step + i), token), 2**-31)``.
+
+        ``tl.randint`` gives a uint32, which keys the second draw zero-extended: key ``(hash, 0)``.
+        """
+        pos = np.asarray(step, dtype=np.int64) + np.asarray(position, dtype=np.int64)
+        row_hash = philox.randint(np.asarray(seed), pos).astype(np.uint64)
+        uniforms = np.maximum(
+            philox.rand(_column(row_hash), np.arange(vocab_size)[None, :]), np.float32(RAND_MIN)
+        )
+        gumbel = -np.log(-np.log1p(-uniforms.astype(np.float64)))
+        return Noise(uniforms, gumbel, _tolerance(gumbel))
+
+
+CANONICAL = CanonicalV1()
+MRV2 = Mrv2()
+SCHEMES: dict[str, RandomScheme] = {scheme.name: scheme for scheme in (CANONICAL, MRV2)}
