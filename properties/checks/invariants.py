@@ -73,7 +73,7 @@ def _facts(inputs: RequestInputs, law: RequestLaw) -> _RequestFacts:
     )
 
 
-def violating_samples(
+def broken_invariants(
     method: Method,
     vocab_size: int,
     inputs: RequestInputs,
@@ -81,86 +81,51 @@ def violating_samples(
     tokens: I64Array,
     emitted: I64Array,
     logprobs: npt.NDArray[np.float32] | None,
-) -> BoolArray:
-    """``[N]`` whether each sample of one request breaks an invariant (vectorised over samples)."""
+) -> dict[str, BoolArray]:
+    """Each invariant, in the order they are reported, and ``[N]`` which samples of one request break it."""
     facts = _facts(inputs, law)
     n, width = facts.n, tokens.shape[1]
-    rows = np.arange(tokens.shape[0])
-    bad = (emitted < 1) | (emitted > n + 1)
     count = np.clip(emitted, 1, n + 1)
     position = np.arange(width)[None, :]
     inside = position < count[:, None]
-    bad |= (inside & ((tokens < 0) | (tokens >= vocab_size))).any(axis=1)
-    bad |= (~inside & (tokens != -1)).any(axis=1)
     drafts = np.full(width, -2, dtype=np.int64)
     drafts[:n] = facts.drafts
-    bad |= ((position < count[:, None] - 1) & (tokens != drafts[None, :])).any(axis=1)
     m = count - 1
-    y = np.clip(tokens[rows, m], 0, vocab_size - 1)
+    y = np.clip(tokens[np.arange(tokens.shape[0]), m], 0, vocab_size - 1)
+    broken = {
+        f"num_emitted outside [1, {n + 1}]": (emitted < 1) | (emitted > n + 1),
+        f"an emitted id outside [0, {vocab_size})": (inside & ((tokens < 0) | (tokens >= vocab_size))).any(
+            axis=1
+        ),
+        "token_ids not -1 after the emitted tokens": (~inside & (tokens != -1)).any(axis=1),
+        f"accepted tokens differ from the drafts {facts.drafts.tolist()}": (
+            (position < m[:, None]) & (tokens != drafts[None, :])
+        ).any(axis=1),
+    }
     if inputs.greedy:
-        bad |= y != facts.argmax[m]
+        broken[f"a greedy row emits another token than its argmax ({facts.argmax.tolist()})"] = (
+            y != facts.argmax[m]
+        )
         if method.greedy_accepts_argmax:
-            bad |= m != facts.greedy_stop
+            broken[f"the greedy chain does not stop at position {facts.greedy_stop}"] = m != facts.greedy_stop
     else:
-        bad |= law.target_probs[m, y] == 0.0
+        broken["the emitted id has target probability 0"] = law.target_probs[m, y] == 0.0
         if not method.accepts_any_draft and facts.zero_draft.any():
-            bad |= m > int(np.argmax(facts.zero_draft))
+            broken["a draft of target probability 0 is accepted"] = m > int(np.argmax(facts.zero_draft))
         if method.decides_by_sampling:
-            bad |= (m < n) & (y == drafts[np.minimum(m, width - 1)])
+            broken[f"{method.name} sampling emits the draft it rejected"] = (m < n) & (
+                y == drafts[np.minimum(m, width - 1)]
+            )
     if logprobs is not None:
         lp = logprobs[:, :width]
-        bad |= (inside & np.isnan(lp)).any(axis=1) | (~inside & ~np.isnan(lp)).any(axis=1)
+        broken["logprobs not NaN exactly after the emitted tokens"] = (inside & np.isnan(lp)).any(axis=1) | (
+            ~inside & ~np.isnan(lp)
+        ).any(axis=1)
         k = np.minimum(position, n).repeat(tokens.shape[0], axis=0)
         token = np.clip(tokens, 0, vocab_size - 1)
         ok = logprob_ok(lp, facts.laws.log_probs[k, token], facts.laws.tolerance[k, token])
-        bad |= (inside & ~ok).any(axis=1)
-    return np.asarray(bad)
-
-
-def describe_violation(
-    method: Method,
-    vocab_size: int,
-    inputs: RequestInputs,
-    law: RequestLaw,
-    row: I64Array,
-    count: int,
-    logprobs: npt.NDArray[np.float32] | None,
-) -> tuple[int | None, str]:
-    """``(position, description)`` of the first invariant one sample breaks."""
-    facts = _facts(inputs, law)
-    n, width = facts.n, row.shape[0]
-    if not 1 <= count <= n + 1:
-        return None, f"num_emitted {count} outside [1, {n + 1}]"
-    out = row[:count]
-    if ((out < 0) | (out >= vocab_size)).any():
-        return None, f"emitted ids {out.tolist()} outside [0, {vocab_size})"
-    if (row[count:] != -1).any():
-        return count, f"token_ids {row.tolist()} are not -1 after {count} tokens"
-    m = count - 1
-    if (out[:m] != facts.drafts[:m]).any():
-        return None, f"accepted {out[:m].tolist()} != drafts {facts.drafts[:m].tolist()}"
-    y = int(out[m])
-    if inputs.greedy:
-        if y != facts.argmax[m]:
-            return m, f"greedy row {m} emits {y}, argmax {facts.argmax[m]}"
-        if method.greedy_accepts_argmax and m != facts.greedy_stop:
-            return m, f"greedy chain stops at {m}, expected {facts.greedy_stop}"
-    else:
-        if law.target_probs[m, y] == 0.0:
-            return m, f"emitted id {y} has target probability 0 at position {m}"
-        zero = np.nonzero(facts.zero_draft[:m])[0]
-        if not method.accepts_any_draft and zero.size:
-            return int(zero[0]), f"accepted draft {facts.drafts[zero[0]]} of target probability 0"
-        if method.decides_by_sampling and m < n and y == facts.drafts[m]:
-            return m, f"{method.name} sampling rejected draft {y} yet emitted it"
-    if logprobs is not None:
-        if np.isnan(logprobs[:count]).any() or not np.isnan(logprobs[count:width]).all():
-            return None, f"logprobs {logprobs.tolist()} are not NaN exactly after {count}"
-        for k in range(count):
-            expected = float(facts.laws.log_probs[k, out[k]])
-            if not logprob_ok(np.float32(logprobs[k]), expected, float(facts.laws.tolerance[k, out[k]])):
-                return k, f"logprob {logprobs[k]:.6g} at position {k}; expected {expected:.6g}"
-    return None, "no violation"
+        broken["a logprob off the target log-probability"] = (inside & ~ok).any(axis=1)
+    return broken
 
 
 @dataclass(frozen=True)
@@ -195,26 +160,19 @@ def find_violations(
     logprobs = None if output.logprobs is None else output.logprobs.detach().cpu().numpy()
     for b, (inputs, law) in enumerate(zip(request_inputs(batch), exact_law(batch), strict=True)):
         rows = slice(b * num_trials, (b + 1) * num_trials)
-        tokens, emitted, lp = (
-            tokens_all[rows],
-            emitted_all[rows],
-            None if logprobs is None else logprobs[rows],
-        )
-        bad = violating_samples(method, batch.vocab_size, inputs, law, tokens, emitted, lp)
+        tokens, emitted = tokens_all[rows], emitted_all[rows]
+        lp = None if logprobs is None else logprobs[rows]
+        broken = broken_invariants(method, batch.vocab_size, inputs, law, tokens, emitted, lp)
+        bad = np.logical_or.reduce(list(broken.values()))
         count += int(bad.sum())
         for t in np.nonzero(bad)[0][: max(0, limit - len(descriptions))]:
-            position, text = describe_violation(
-                method,
-                batch.vocab_size,
-                inputs,
-                law,
-                tokens[t],
-                int(emitted[t]),
-                None if lp is None else lp[t],
+            invariant = next(name for name, mask in broken.items() if mask[t])
+            shown = tokens[t, : max(0, min(int(emitted[t]), tokens.shape[1]))].tolist()
+            logprob = "" if lp is None else f", logprobs {lp[t].tolist()}"
+            descriptions.append(
+                f"request {b} trial {t}: {invariant}: emits {shown} (num_emitted {int(emitted[t])}){logprob}"
             )
-            descriptions.append(f"request {b} trial {t}: {text}")
-            if first is None:
-                first = (b, position, descriptions[-1])
+            first = first or (b, int(np.clip(emitted[t], 1, None)) - 1, descriptions[-1])
     return Violations(count, first, descriptions)
 
 
