@@ -3,16 +3,17 @@
 `engine_rejection_sample` stands for an inference engine's sampler: it takes probabilities (not
 logits), drafts padded to ``[B, K]``, and a ``torch.Generator`` per request. `EngineAdapter` is the
 whole adapter: it turns a `SpecBatch` into the engine's arguments and the engine's output into a
-`SpecOutput`. Fuzz it with::
+`SpecOutput`, and ``capabilities`` says what the engine implements, so the harness checks it there
+and reports the rest as not checked. Certify it with::
 
-    python -m fuzz run --variant examples/engine_adapter.py:EngineAdapter --methods probabilistic
+    python -m fuzz certify --variant examples/engine_adapter.py:EngineAdapter
 """
 
 from __future__ import annotations
 
 import torch
 
-from reference.contract import SpecBatch, SpecOutput
+from reference.contract import Capabilities, SpecBatch, SpecOutput
 
 
 def engine_rejection_sample(
@@ -74,6 +75,11 @@ class EngineAdapter:
 
     name = "engine-adapter"
     streams = None
+    # Probabilistic sampling of flat or one-hot drafts, no logprobs; +inf logits and rows with no
+    # finite logit make the engine's softmax NaN, so its callers never send them.
+    capabilities = Capabilities(
+        methods=("probabilistic",), draft_kinds=("one-hot", "flat"), logprobs=False, infinite_logits=False
+    )
 
     def __call__(self, batch: SpecBatch) -> SpecOutput:
         """Sample ``batch`` with the engine's sampler."""

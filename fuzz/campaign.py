@@ -28,10 +28,10 @@ from hypothesis.database import (
 from fuzz.reproducer import Reproducer, versions
 from fuzz.targeted import targeted_batches
 from properties import profiles, strategies
-from properties.batching import replicate
+from properties.batching import select_requests
 from properties.checks import CHECKS, Verdict, discrepancy, run_checks
 from properties.profiles import Profile
-from reference.contract import METHODS, SpecBatch, Variant
+from reference.contract import METHODS, Capabilities, SpecBatch, Variant, capabilities
 
 
 @dataclass
@@ -41,6 +41,7 @@ class CampaignResult:
     variant: str
     cases: int = 0
     checks_passed: int = 0
+    checks_inconclusive: int = 0
     samples: int = 0
     best_discrepancy: float = 0.0
     seconds: float = 0.0
@@ -54,13 +55,19 @@ class CampaignResult:
         """Whether no check failed."""
         return self.failure is None
 
+    @property
+    def status(self) -> str:
+        """``"fail"`` when a check failed, else ``"inconclusive"`` when one lacked power, else ``"pass"``."""
+        return "fail" if self.failure else "inconclusive" if self.checks_inconclusive else "pass"
+
     def summary(self) -> dict[str, object]:
         """JSON-ready summary."""
         return {
             "variant": self.variant,
-            "passed": self.passed,
+            "status": self.status,
             "cases": self.cases,
             "checks_passed": self.checks_passed,
+            "checks_inconclusive": self.checks_inconclusive,
             "samples": self.samples,
             "best_discrepancy": self.best_discrepancy,
             "seconds": round(self.seconds, 2),
@@ -100,9 +107,31 @@ class _Progress:
         self.last = now
         r = self.result
         say(
-            f"[fuzz {r.variant}] cases={r.cases} checks passed={r.checks_passed} samples={r.samples} "
+            f"[fuzz {r.variant}] cases={r.cases} checks passed={r.checks_passed} "
+            f"inconclusive={r.checks_inconclusive} samples={r.samples} "
             f"best discrepancy={r.best_discrepancy:.2f} time left={max(0.0, self.deadline - now):.0f}s"
         )
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """What a sampler costs per trial, measured after its first (compiling) call.
+
+    Attributes:
+        seconds_per_trial: sampler time per trial of every batch together.
+        trials: the trials per request that fit the budget, at most the ones wanted.
+    """
+
+    seconds_per_trial: float
+    trials: int
+
+    def seconds_for(self, trials: int) -> float:
+        """About how long the checks' sampler calls take at ``trials`` per request."""
+        return CALLS_PER_CHECK_RUN * trials * self.seconds_per_trial
+
+
+# Each run of the checks makes about two calls' worth of trials (shared trials, marginal).
+CALLS_PER_CHECK_RUN = 2.0
 
 
 def affordable_samples(
@@ -112,25 +141,39 @@ def affordable_samples(
     seconds: float,
     device: str = "cpu",
     floor: int = 32,
-) -> int:
+    probe_trials: int = 64,
+) -> Throughput:
     """The trial count, at most ``wanted``, whose calls on ``batches`` fit in about ``seconds``.
 
-    A fast sampler gets ``wanted``; a slow one (a Triton kernel under the CPU interpreter) gets fewer
-    trials, never fewer than ``floor``. The cost is measured with one call of 8 trials of each batch.
+    Each batch is called once untimed (the first call compiles), then the cost is measured with one
+    call of ``min(wanted, probe_trials)`` trials of each batch, the size the checks' calls come in.
+    A fast sampler gets ``wanted``; a slow one (a Triton kernel under the CPU interpreter) gets
+    fewer trials, never fewer than ``floor``. A batch the sampler raises on is left out of the
+    measure (the checks report the error).
     """
-    probe_trials = 8
-    start = time.monotonic()
+    trials = max(1, min(wanted, probe_trials))
+
+    def call_all(count: int) -> None:
+        for batch in usable:
+            index = np.repeat(np.arange(batch.num_requests), count)
+            variant(select_requests(on_device(batch, device), index, seed=np.arange(index.size)))
+        if device.startswith("cuda"):
+            import torch
+
+            torch.cuda.synchronize()
+
+    usable = []
     for batch in batches:
-        replicated = replicate(
-            on_device(batch, device),
-            probe_trials,
-            np.arange(batch.num_requests * probe_trials, dtype=np.int64),
-        )
-        variant(replicated)
-    per_trial = (time.monotonic() - start) / probe_trials
-    # Each check that samples makes about two calls' worth of trials (shared trials, marginal, composition).
-    affordable = int(seconds / max(2.0 * per_trial, 1e-9))
-    return max(floor, min(wanted, affordable))
+        try:
+            variant(on_device(batch, device))
+        except Exception:  # the checks call it again and report the error as the variant's
+            continue
+        usable.append(batch)
+    start = time.monotonic()
+    call_all(trials)
+    per_trial = (time.monotonic() - start) / trials
+    affordable = int(seconds / max(CALLS_PER_CHECK_RUN * per_trial, 1e-9))
+    return Throughput(per_trial, max(min(floor, wanted), min(wanted, affordable)))
 
 
 def example_database(local: Path | None, shared: Sequence[Path] = ()) -> ExampleDatabase | None:
@@ -163,9 +206,15 @@ def run_campaign(
     device: str = "cpu",
     progress: bool = True,
 ) -> CampaignResult:
-    """Fuzz ``variant`` until a check fails, the time budget runs out, or ``rounds`` search rounds ran."""
-    methods = methods or METHODS
+    """Fuzz ``variant`` until a check fails, the time budget runs out, or ``rounds`` search rounds ran.
+
+    Batches lie inside the variant's declared capabilities; ``num_samples`` (default: the profile's)
+    sets the trials, and a clean check below the profile's power is counted inconclusive.
+    """
+    caps = capabilities(variant)
+    methods = tuple(m for m in (methods or METHODS) if m in caps.methods)
     budget = profiles.get(profile)
+    required = budget.num_samples
     if num_samples is not None:
         budget = replace(budget, num_samples=num_samples)
     start = time.monotonic()
@@ -175,18 +224,25 @@ def run_campaign(
 
     def probe(name: str, batch: SpecBatch, case_seed: int) -> Verdict | None:
         verdicts = run_checks(
-            variant, batch, checks=checks, num_samples=budget.num_samples, alpha=budget.alpha, seed=case_seed
+            variant,
+            batch,
+            checks=checks,
+            num_samples=budget.num_samples,
+            alpha=budget.alpha,
+            seed=case_seed,
+            required_samples=required,
         )
         result.cases += 1
         result.samples += sum(v.num_samples for v in verdicts)
         result.checks_passed += sum(v.passed for v in verdicts)
+        result.checks_inconclusive += sum(v.status == "inconclusive" for v in verdicts)
         steer = discrepancy(verdicts)
         result.best_discrepancy = max(result.best_discrepancy, steer)
         result.verdicts.extend(verdicts)
         if name == "search":
             target(steer, label="discrepancy")
         reporter.show()
-        return next((v for v in verdicts if not v.passed), None)
+        return next((v for v in verdicts if v.failed), None)
 
     def finish(verdict: Verdict, batch: SpecBatch, case_seed: int, case: str) -> CampaignResult:
         result.failure, result.case = verdict, case
@@ -207,7 +263,7 @@ def run_campaign(
         return result
 
     if targeted:
-        for name, batch in targeted_batches(methods):
+        for name, batch in targeted_batches(methods, caps):
             verdict = probe(name, on_device(batch, device), seed)
             if verdict is not None:
                 return finish(verdict, batch, seed, f"targeted: {name}")
@@ -217,7 +273,7 @@ def run_campaign(
     round_index = 0
     while search and time.monotonic() < deadline and (rounds is None or round_index < rounds):
         found = _search_round(
-            probe, methods, profile, budget, seed + round_index, deadline, shrink, database, device
+            probe, methods, caps, profile, budget, seed + round_index, deadline, shrink, database, device
         )
         if found is not None:
             return finish(found.verdict, found.batch, found.case_seed, f"search round {round_index}")
@@ -230,6 +286,7 @@ def run_campaign(
 def _search_round(
     probe: Callable[[str, SpecBatch, int], Verdict | None],
     methods: tuple[str, ...],
+    caps: Capabilities,
     profile: str,
     budget: Profile,
     round_seed: int,
@@ -253,7 +310,8 @@ def _search_round(
         report_multiple_bugs=False,
     )
     @given(
-        batch=strategies.spec_batches(methods=methods, profile=profile), case_seed=st.integers(0, 2**31 - 1)
+        batch=strategies.spec_batches(methods=methods, profile=profile, capabilities=caps),
+        case_seed=st.integers(0, 2**31 - 1),
     )
     def search(batch: SpecBatch, case_seed: int) -> None:
         nonlocal failing

@@ -1,25 +1,30 @@
 """Certify variants: the property checks on the targeted cases, a short fuzz campaign, and the self-test.
 
-The report gives, per variant and check: the verdict, the smallest p-value seen, the weakest
-guarantee (the largest deviation that is still certain to be detected with power 0.999), samples
-and time; then the campaign and the mutant self-test. It is printed and written as Markdown (fit for
-a PR comment) and JSON.
+Every verdict is one of three: pass (the check ran with the profile's power), fail (with the
+failing case), or inconclusive (it saw nothing wrong, but ran fewer trials than the profile's power
+needs, or could detect nothing). A variant is PASSED only when every check that applies to it
+passed; INCONCLUSIVE says what it would need. The report gives, per variant and check: the
+verdict, the trials per request it actually ran, the smallest p-value seen, the weakest guarantee
+(the largest deviation still detected with power 0.999), samples and time; what the variant's
+declared capabilities left unchecked; then the campaign and the mutant self-test. It is printed and
+written as Markdown (fit for a PR comment) and JSON.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from fuzz.campaign import CampaignResult, affordable_samples, on_device, run_campaign, say
+from fuzz.campaign import CampaignResult, Throughput, affordable_samples, on_device, run_campaign, say
 from fuzz.reproducer import versions
 from fuzz.selftest import SelfTestRecord, run_mutants, table
 from fuzz.spec import load_variant
-from fuzz.targeted import targeted_batches
+from fuzz.targeted import targeted_cases
 from properties import profiles
 from properties.checks import CHECKS, Verdict, run_checks
+from reference.contract import METHODS, capabilities
 
 DEFAULT_VARIANTS = ("reference", "triton", "torch")
 
@@ -29,13 +34,20 @@ class CheckSummary:
     """One check's verdicts on one variant, over every certification case."""
 
     check: str
-    passed: bool
+    status: str
     cases: int
+    trials: int | None
     min_pvalue: float | None
     detectable: float | None
+    unit: str | None
     samples: int
     seconds: float
     message: str
+
+
+def _status(statuses: list[str]) -> str:
+    """``fail`` if any failed, else ``inconclusive`` if any was, else ``pass``."""
+    return "fail" if "fail" in statuses else "inconclusive" if "inconclusive" in statuses else "pass"
 
 
 def summarise(verdicts: list[Verdict]) -> list[CheckSummary]:
@@ -46,18 +58,22 @@ def summarise(verdicts: list[Verdict]) -> list[CheckSummary]:
         if not mine:
             continue
         pvalues = [v.pvalue for v in mine if v.pvalue is not None]
-        detectable = [v.detectable.value for v in mine if v.detectable is not None]
-        failed = [v for v in mine if not v.passed]
+        detectable = [v.detectable for v in mine if v.detectable is not None]
+        trials = [v.trials for v in mine if v.trials is not None]
+        status = _status([v.status for v in mine])
+        decisive = next((v for v in mine if v.status == status), mine[0])
         summaries.append(
             CheckSummary(
                 check=check,
-                passed=not failed,
+                status=status,
                 cases=len(mine),
+                trials=min(trials) if trials else None,
                 min_pvalue=min(pvalues) if pvalues else None,
-                detectable=max(detectable) if detectable else None,
+                detectable=max(d.value for d in detectable) if detectable else None,
+                unit=detectable[0].unit if detectable else None,
                 samples=sum(v.num_samples for v in mine),
                 seconds=sum(v.seconds for v in mine),
-                message=(failed[0] if failed else mine[0]).message,
+                message=decisive.message,
             )
         )
     return summaries
@@ -69,41 +85,74 @@ class VariantReport:
 
     spec: str
     num_samples: int
+    required_samples: int
+    throughput: Throughput
     checks: list[CheckSummary]
     campaign: CampaignResult
+    not_checked: list[str] = field(default_factory=list)
 
     @property
-    def passed(self) -> bool:
-        """Whether every check and the campaign passed."""
-        return all(c.passed for c in self.checks) and self.campaign.passed
+    def status(self) -> str:
+        """``pass`` only when every applicable check passed at the profile's power."""
+        return _status([c.status for c in self.checks] + [self.campaign.status])
+
+    def needs(self) -> str:
+        """What an inconclusive variant would need to be certified."""
+        seconds = self.throughput.seconds_for(self.required_samples) * max(1, len(self.checks))
+        return (
+            f"{self.required_samples} trials per request and case (it ran {self.num_samples}): about "
+            f"{seconds:.0f} s of sampler time per case at the measured "
+            f"{self.throughput.seconds_per_trial * 1e3:.2f} ms per trial; give `--check-budget` that "
+            "time, or run on a GPU"
+        )
 
 
 def certify_variant(
-    spec: str, *, profile: str, campaign_seconds: float, check_seconds: float, device: str, progress: bool
+    spec: str,
+    *,
+    profile: str,
+    campaign_seconds: float,
+    check_seconds: float,
+    device: str,
+    methods: tuple[str, ...] | None = None,
+    progress: bool = True,
 ) -> VariantReport:
-    """The checks on every targeted case, then a short campaign.
+    """The checks on every targeted case inside the variant's capabilities, then a short campaign.
 
-    A sampler too slow for the profile's trial count in ``check_seconds`` (a Triton kernel under the
-    CPU interpreter) gets fewer trials; the report's detectable deviations say what that costs.
+    A sampler too slow for the profile's trials in ``check_seconds`` (a Triton kernel under the CPU
+    interpreter) gets fewer trials, measured after its first call; its verdicts then say
+    inconclusive rather than pass.
     """
     variant = load_variant(spec)
+    caps = capabilities(variant)
     budget = profiles.get(profile)
-    batches = targeted_batches()
-    num_samples = affordable_samples(
-        variant, [b for _, b in batches], budget.num_samples, check_seconds, device
+    chosen = tuple(m for m in (methods or METHODS) if m in caps.methods)
+    cases = targeted_cases(chosen, caps)
+    batches = [(name, batch) for name, batch, reason in cases if reason is None]
+    not_checked = caps.not_checked() + [
+        f"method {m} (not asked for)" for m in caps.methods if m not in chosen
+    ]
+    not_checked += [f"targeted case '{name}': {reason}" for name, _, reason in cases if reason is not None]
+    throughput = affordable_samples(
+        variant, [on_device(b, device) for _, b in batches], budget.num_samples, check_seconds, device
     )
+    num_samples = throughput.trials
     verdicts: list[Verdict] = []
     for index, (name, batch) in enumerate(batches):
         if progress:
             say(f"[certify {spec}] checks on targeted case '{name}' ({num_samples} trials per request)")
-        verdicts.extend(
-            run_checks(
-                variant, on_device(batch, device), num_samples=num_samples, alpha=budget.alpha, seed=index
-            )
+        verdicts += run_checks(
+            variant,
+            on_device(batch, device),
+            num_samples=num_samples,
+            alpha=budget.alpha,
+            seed=index,
+            required_samples=budget.num_samples,
         )
     campaign = run_campaign(
         variant,
         spec,
+        methods=chosen,
         profile=profile,
         seconds=campaign_seconds,
         targeted=False,
@@ -111,11 +160,16 @@ def certify_variant(
         device=device,
         progress=progress,
     )
-    return VariantReport(spec=spec, num_samples=num_samples, checks=summarise(verdicts), campaign=campaign)
+    return VariantReport(
+        spec, num_samples, budget.num_samples, throughput, summarise(verdicts), campaign, not_checked
+    )
 
 
 def _fmt(value: float | None, spec: str = ".3g") -> str:
     return "-" if value is None else format(value, spec)
+
+
+STATUS_WORDS = {"pass": "PASSED", "fail": "FAILED", "inconclusive": "INCONCLUSIVE"}
 
 
 def markdown(
@@ -123,46 +177,55 @@ def markdown(
 ) -> str:
     """The report as Markdown."""
     budget = profiles.get(profile)
-    ok = all(r.passed for r in reports) and all(m.killed for m in mutants)
+    status = _status([r.status for r in reports] + ["pass" if all(m.killed for m in mutants) else "fail"])
     lines = [
-        f"# Certification: {'PASSED' if ok else 'FAILED'}",
+        f"# Certification: {STATUS_WORDS[status]}",
         "",
-        f"Profile `{profile}`: {budget.num_samples} samples per check and case, alpha {budget.alpha:g} per "
-        f"assertion; detectable = the smallest deviation (total variation for token laws, absolute for "
-        f"acceptance rates) detected with power 0.999. Total time {seconds:.0f} s.",
+        f"Profile `{profile}`: {budget.num_samples} trials per request and case for the profile's power, "
+        f"alpha {budget.alpha:g} per assertion; detectable = the smallest deviation detected with power "
+        f"0.999, in its unit. A check that ran fewer trials and saw nothing wrong is inconclusive. "
+        f"Total time {seconds:.0f} s.",
         "",
         "Versions: " + ", ".join(f"{k} {v}" for k, v in versions().items()),
         "",
     ]
     for report in reports:
         lines += [
-            f"## `{report.spec}`: {'passed' if report.passed else 'FAILED'}",
+            f"## `{report.spec}`: {STATUS_WORDS[report.status]}",
             "",
-            f"{report.num_samples} trials per request and case.",
+            f"{report.num_samples} trials per request and case (the profile asks {report.required_samples}; "
+            f"{report.throughput.seconds_per_trial * 1e3:.3g} ms per trial, measured after the first call).",
             "",
-            "| check | verdict | cases | min p-value | detectable | samples | seconds |",
-            "|---|---|---|---|---|---|---|",
+            "| check | verdict | cases | trials | min p-value | detectable | unit | samples | seconds |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         for c in report.checks:
+            verdict = c.status if c.status == "pass" else f"**{c.status.upper()}**"
             lines.append(
-                f"| {c.check} | {'pass' if c.passed else '**FAIL**'} | {c.cases} | {_fmt(c.min_pvalue)} | "
-                f"{_fmt(c.detectable, '.4f')} | {c.samples} | {c.seconds:.1f} |"
+                f"| {c.check} | {verdict} | {c.cases} | {_fmt(c.trials, 'd')} | {_fmt(c.min_pvalue)} | "
+                f"{_fmt(c.detectable, '.4f')} | {c.unit or '-'} | {c.samples} | {c.seconds:.1f} |"
             )
         campaign = report.campaign
         lines += [
             "",
-            f"Fuzz campaign: {'passed' if campaign.passed else 'FAILED'}, {campaign.cases} cases, "
-            f"{campaign.checks_passed} checks passed, {campaign.samples} samples, "
-            f"{campaign.seconds:.0f} s.",
+            f"Fuzz campaign: {STATUS_WORDS[campaign.status]}, {campaign.cases} cases, "
+            f"{campaign.checks_passed} checks passed, {campaign.checks_inconclusive} inconclusive, "
+            f"{campaign.samples} samples, {campaign.seconds:.0f} s.",
         ]
-        failed = [c for c in report.checks if not c.passed]
+        if report.not_checked:
+            lines.append(
+                "Not checked (outside the declared capabilities): " + "; ".join(report.not_checked) + "."
+            )
+        failed = next((c for c in report.checks if c.status == "fail"), None)
         if failed:
-            lines.append(f"First failure: {failed[0].message}")
+            lines.append(f"First failure: {failed.message}")
         if campaign.failure is not None:
             lines.append(
                 f"Campaign failure: {campaign.failure.message}"
                 + (f" (reproducer: `{campaign.reproducer}`)" if campaign.reproducer else "")
             )
+        if report.status == "inconclusive":
+            lines.append(f"To certify it needs: {report.needs()}.")
         lines.append("")
     if mutants:
         killed = sum(m.killed for m in mutants)
@@ -179,9 +242,13 @@ def certify(
     mutants: bool,
     out: Path,
     device: str,
+    methods: tuple[str, ...] | None = None,
     progress: bool = True,
-) -> bool:
-    """Certify ``specs``, print the report, write ``report.md`` and ``report.json`` under ``out``."""
+) -> str:
+    """Certify ``specs``, print the report, write ``report.md`` and ``report.json`` under ``out``.
+
+    Returns the overall status: ``pass``, ``fail`` or ``inconclusive``.
+    """
     start = time.monotonic()
     reports = [
         certify_variant(
@@ -190,6 +257,7 @@ def certify(
             campaign_seconds=campaign_seconds,
             check_seconds=check_seconds,
             device=device,
+            methods=methods,
             progress=progress,
         )
         for spec in specs
@@ -197,18 +265,22 @@ def certify(
     records = run_mutants(profile=profile, device=device, progress=progress) if mutants else []
     seconds = time.monotonic() - start
     text = markdown(reports, records, profile, seconds)
+    status = _status([r.status for r in reports] + ["pass" if all(m.killed for m in records) else "fail"])
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.md").write_text(text + "\n")
     data = {
-        "passed": all(r.passed for r in reports) and all(m.killed for m in records),
+        "status": status,
         "profile": profile,
         "seconds": round(seconds, 1),
         "versions": versions(),
         "variants": [
             {
                 "spec": r.spec,
+                "status": r.status,
                 "num_samples": r.num_samples,
-                "passed": r.passed,
+                "required_samples": r.required_samples,
+                "seconds_per_trial": r.throughput.seconds_per_trial,
+                "not_checked": r.not_checked,
                 "checks": [asdict(c) for c in r.checks],
                 "campaign": r.campaign.summary(),
             }
@@ -219,4 +291,4 @@ def certify(
     (out / "report.json").write_text(json.dumps(data, indent=1) + "\n")
     print(text)
     print(f"Report written to {out / 'report.md'} and {out / 'report.json'}")
-    return bool(data["passed"])
+    return status

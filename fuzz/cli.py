@@ -1,6 +1,7 @@
 """``python -m fuzz``: run, replay, list, mutants, certify.
 
-Exit codes: 0 passed, 1 a check failed (or a mutant survived), 2 a usage or environment error.
+Exit codes: 0 passed, 1 a check failed (or a mutant survived), 2 a usage or environment error,
+3 inconclusive (nothing failed, but a check ran with less power than the profile asks).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-EXIT_PASSED, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_PASSED, EXIT_FAILED, EXIT_USAGE, EXIT_INCONCLUSIVE = 0, 1, 2, 3
 DEFAULT_CORPUS = Path("fuzz-corpus-local")
 
 
@@ -80,12 +81,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         device=device,
     )
     if result.failure is None:
+        word = "PASSED" if result.status == "pass" else "INCONCLUSIVE"
         print(
-            f"PASSED: {args.variant}: {result.cases} cases, {result.checks_passed} checks passed, "
-            f"{result.samples} samples, best discrepancy {result.best_discrepancy:.2f}, "
-            f"{result.seconds:.0f} s"
+            f"{word}: {args.variant}: {result.cases} cases, {result.checks_passed} checks passed, "
+            f"{result.checks_inconclusive} inconclusive, {result.samples} samples, "
+            f"best discrepancy {result.best_discrepancy:.2f}, {result.seconds:.0f} s"
         )
-        return EXIT_PASSED
+        return EXIT_PASSED if result.status == "pass" else EXIT_INCONCLUSIVE
     print(f"FAILED: {args.variant}: check {result.failure.check} ({result.case}): {result.failure.message}")
     if result.reproducer is not None:
         print(f"Reproducer: {result.reproducer}\nReplay:     python -m fuzz replay {result.reproducer}")
@@ -161,7 +163,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             alpha=reproducer.alpha,
             seed=reproducer.seed,
         )
-        failed = [v for v in verdicts if not v.passed]
+        failed = [v for v in verdicts if v.failed]
         failures += bool(failed)
         status = f"FAILED {failed[0].check}: {failed[0].message}" if failed else "passed"
         print(f"{path}: {spec}: {status}")
@@ -224,7 +226,7 @@ def cmd_certify(args: argparse.Namespace) -> int:
 
     device = _check_device(args.device or _default_device())
     specs = args.variant or list(DEFAULT_VARIANTS)
-    ok = certify(
+    status = certify(
         specs,
         profile=args.profile,
         campaign_seconds=args.budget,
@@ -232,8 +234,9 @@ def cmd_certify(args: argparse.Namespace) -> int:
         mutants=not args.no_mutants,
         out=args.out,
         device=device,
+        methods=args.methods,
     )
-    return EXIT_PASSED if ok else EXIT_FAILED
+    return {"pass": EXIT_PASSED, "fail": EXIT_FAILED}.get(status, EXIT_INCONCLUSIVE)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -334,6 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds of sampler calls per variant for the checks; a slower sampler gets fewer trials "
         "(default: 60)",
     )
+    cert.add_argument("--methods", type=_methods, help="comma list (default: every method it implements)")
     cert.add_argument("--out", type=Path, default=Path("certify-report"), help="report directory")
     cert.add_argument("--no-mutants", action="store_true", help="skip the mutant self-test")
     common(cert)

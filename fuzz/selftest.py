@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from fuzz.campaign import run_campaign, say
 from fuzz.mutants import MUTANTS
-from reference.contract import SpecBatch, SpecOutput, Variant
+from reference.contract import SpecBatch, SpecOutput, Variant, capabilities
 
 
 class Blind:
@@ -24,6 +24,7 @@ class Blind:
     def __init__(self, inner: Variant) -> None:
         self.inner = inner
         self.name = inner.name
+        self.capabilities = capabilities(inner)
 
     def __call__(self, batch: SpecBatch) -> SpecOutput:
         """Sample with the wrapped variant."""

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from reference.contract import Method, RequestData, SpecBatch, make_batch
+from reference.contract import Capabilities, Method, RequestData, SpecBatch, make_batch
 from reference.methods import METHODS
 
 VOCAB = 20  # past one 16-lane tile: the tail tile holds tokens 16..19
@@ -122,11 +122,23 @@ SHAPES: dict[str, TargetedCase] = {
 }
 
 
-def targeted_batches(methods: tuple[str, ...] | None = None) -> list[tuple[str, SpecBatch]]:
-    """The targeted batches of every shape, for each method (of ``methods``, when given) that names it."""
-    return [
+def targeted_batches(
+    methods: tuple[str, ...] | None = None, capabilities: Capabilities | None = None
+) -> list[tuple[str, SpecBatch]]:
+    """The targeted batches of every shape, for each method (of ``methods``, when given) that names it,
+    that lie inside a sampler's ``capabilities``."""
+    return [(name, batch) for name, batch, reason in targeted_cases(methods, capabilities) if reason is None]
+
+
+def targeted_cases(
+    methods: tuple[str, ...] | None = None, capabilities: Capabilities | None = None
+) -> list[tuple[str, SpecBatch, str | None]]:
+    """Every targeted batch for ``methods``, and why it lies outside ``capabilities`` (``None``: inside)."""
+    caps = capabilities or Capabilities()
+    cases = [
         (f"{method}: {shape}", case.build(method))
         for shape, case in SHAPES.items()
         for method, rules in METHODS.items()
         if shape in rules.targeted and (methods is None or method in methods)
     ]
+    return [(name, batch, caps.admits(batch)) for name, batch in cases]

@@ -6,13 +6,18 @@ independent implementation of the specification (`reference.law`), a latency bas
 example of a variant whose random numbers are not the canonical streams: each request draws its
 uniforms from a CPU ``torch.Generator`` seeded from its own ``(seed, step)``, so its output depends
 on nothing else in the batch. It reads the draft counts back to the host.
+
+Its arithmetic is fp32 probabilities, declared as such (``fp32-probs``): a probability below
+float32's smallest normal is zero to it, explicitly (the law it is held to flushes them too), so a
+draft whose ``p`` and ``q`` both underflow is never accepted.
 """
 
 from __future__ import annotations
 
 import torch
 
-from reference.contract import SpecBatch, SpecOutput
+from reference.contract import FP32_TINY, Capabilities, SpecBatch, SpecOutput
+from reference.law import MAX_TEMPERATURE
 
 _MASK64 = (1 << 64) - 1
 
@@ -33,9 +38,12 @@ def row_probs(logits: torch.Tensor, temperature: torch.Tensor) -> torch.Tensor:
     """
     clean = torch.nan_to_num(logits.float(), nan=float("-inf"), posinf=float("inf"), neginf=float("-inf"))
     row_max = clean.max(dim=1, keepdim=True).values
-    scaled = torch.where(clean == row_max, 0.0, (clean - row_max) / temperature[:, None])
+    scaled = torch.where(
+        clean == row_max, 0.0, (clean - row_max) / temperature.clamp(max=MAX_TEMPERATURE)[:, None]
+    )
     weights = torch.exp(scaled)
-    return weights / weights.sum(dim=1, keepdim=True)
+    probs = weights / weights.sum(dim=1, keepdim=True)
+    return torch.where(probs < FP32_TINY, 0.0, probs)
 
 
 def _inverse_cdf(weights: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
@@ -53,6 +61,7 @@ class TorchRejectionSampler:
 
     name = "torch"
     streams = None
+    capabilities = Capabilities(arithmetic="fp32-probs")
 
     def __call__(self, batch: SpecBatch) -> SpecOutput:
         """Sample ``batch`` on its device."""
@@ -107,7 +116,10 @@ def torch_sample(batch: SpecBatch) -> SpecOutput:
     row_accept_u = accept_u[request_of_row, position_of_row.clamp(max=accept_u.shape[1] - 1)]
     if batch.method == "synthetic":
         assert batch.synthetic_rates is not None
-        rates = batch.synthetic_rates.to(device)
+        rates = torch.cat(
+            [batch.synthetic_rates.to(device), torch.zeros(1, dtype=torch.float64, device=device)]
+        )
+        # A position past the given rates has rate 0, as in the specification.
         rate = rates[position_of_row.clamp(max=rates.shape[0] - 1)]
         accept = real & (row_accept_u.double() < rate)
         strict_sample = None

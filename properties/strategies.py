@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from properties import profiles
 from properties.profiles import CPU_BLOCK_SIZES
-from reference.contract import MAX_STEP, METHODS, Method, RequestData, SpecBatch, make_batch
+from reference.contract import MAX_STEP, METHODS, Capabilities, Method, RequestData, SpecBatch, make_batch
 from reference.law import row_probs
 from reference.methods import METHODS as METHOD_TABLE
 from reference.synthetic import conditional_rates, synthetic_params
@@ -230,6 +230,19 @@ def choose_drafts(
     return np.where(odd, vocab + rng.integers(0, 3, n), ids).astype(np.int64)
 
 
+def in_domain(logits: F64Array, capabilities: Capabilities) -> F64Array:
+    """``logits`` moved inside a sampler's declared domain: NaN read as ``-inf`` where it takes no NaN;
+    ``+inf`` made the row's largest finite value plus 20, and a row with no finite logit given one
+    (token 0 at 0), where it takes no infinities."""
+    out = np.where(np.isnan(logits), -np.inf, logits) if not capabilities.nan_logits else logits.copy()
+    if not capabilities.infinite_logits and out.size:
+        finite = np.isfinite(out)
+        top = np.where(finite, out, -np.inf).max(axis=-1, initial=-np.inf)
+        out = np.where(np.isposinf(out), np.where(np.isfinite(top), top, 0.0)[:, None] + 20.0, out)
+        out[~np.isfinite(out).any(axis=-1), 0] = 0.0
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # Batches
 
@@ -250,6 +263,7 @@ def spec_batches(
     greedy: bool = True,
     placeholders: bool = True,
     device: str | torch.device = "cpu",
+    capabilities: Capabilities | None = None,
 ) -> SpecBatch:
     """Valid `SpecBatch` objects mixing every family, shape and odd case of DESIGN.md.
 
@@ -275,9 +289,14 @@ def spec_batches(
         greedy: whether requests may be greedy (``T = 0``).
         placeholders: whether drafts may be placeholders.
         device: where the batch's tensors live.
+        capabilities: a sampler's declared capabilities: every batch lies inside them (`in_domain`).
     """
     sizes = profiles.get(profile).sizes
-    vocab_cap = max_vocab or sizes.max_vocab
+    caps = capabilities or Capabilities()
+    methods = [m for m in methods if m in caps.methods]
+    dtypes = [d for d in dtypes if d in caps.dtypes]
+    draft_kinds = [k for k in draft_kinds if k in caps.draft_kinds]
+    vocab_cap = min(max_vocab or sizes.max_vocab, caps.max_vocab)
     blocks = tuple(block_sizes or sizes.block_sizes)
     # Each method is drawn as often as its strategy weight in the method table says.
     method: Method = draw(
@@ -297,9 +316,14 @@ def spec_batches(
         n = draw(st.integers(0, drafts_cap))
         family = draw(st.sampled_from(list(families)))
         temperature = draw(temperature_choices)
-        target, draft = family_logits(rng, family, n, vocab_size, block_size)
+        temperature = 0.0 if temperature < caps.greedy_below else temperature
+        target, draft = (
+            in_domain(logits, caps) for logits in family_logits(rng, family, n, vocab_size, block_size)
+        )
         choice = draw(st.sampled_from(DRAFT_CHOICES))
         ids = choose_drafts(rng, choice, target, draft, temperature, placeholder_rate)
+        if not caps.out_of_range_ids:
+            ids = np.where(ids >= vocab_size, -1, ids)
         requests.append(
             RequestData(
                 target_logits=target,

@@ -278,3 +278,30 @@ def test_law_of_m_kills_a_uniform_shared_across_positions() -> None:
     batch = make_batch([RequestData(target, ids, draft, 1.0, seed=1)])
     verdict = check("law_of_m", _blind(SharedUniform()), batch, num_samples=NUM_SAMPLES, alpha=ALPHA, seed=9)
     assert verdict is not None and not verdict.passed, verdict
+
+
+def test_a_starved_check_is_inconclusive_never_passed() -> None:
+    """With fewer trials than the profile's power needs, a clean verdict says inconclusive and why."""
+    batch = _batch()
+    by_check = {
+        v.check: v for v in run_checks(WalkSampler(), batch, num_samples=40, required_samples=2000, seed=3)
+    }
+    for name in ("invariants", "law_of_m", "law_of_y", "marginal"):
+        verdict = by_check[name]
+        assert verdict.status == "inconclusive" and not verdict.passed and not verdict.failed, verdict
+        assert verdict.trials == 40 and "needs 2000" in verdict.message, verdict.message
+    # The exact invariance checks run a fixed handful of trials by design; the coupled replay its cap.
+    assert all(by_check[name].passed for name in ("coupled", "composition", "determinism"))
+    starved_bug = check(
+        "law_of_m", _blind(ZeroUniform()), batch, num_samples=300, required_samples=2000, seed=3
+    )
+    assert starved_bug is not None and starved_bug.failed, starved_bug
+
+
+def test_a_check_that_could_detect_nothing_is_not_a_pass() -> None:
+    """A statistical verdict whose detectable deviation is infinite is inconclusive."""
+    # A bonus-only request over three tokens, all possible: one trial pools them into one cell.
+    batch = make_batch([RequestData(np.zeros((1, 3)), [], None, 1.0)])
+    verdict = check("law_of_y", WalkSampler(), batch, num_samples=1, required_samples=1, seed=1)
+    assert verdict is not None and verdict.status == "inconclusive", verdict
+    assert verdict.detectable is not None and verdict.detectable.value == float("inf")

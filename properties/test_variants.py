@@ -216,3 +216,30 @@ def test_gpu_one_call_past_int32_offsets(name: str) -> None:
         CHECKS[name].run(variant, batch, trials=trials) for name in ("invariants", "law_of_m", "law_of_y")
     ]
     assert_verdicts(verdicts, seed=23)
+
+
+def test_a_sampler_is_held_to_the_law_of_its_declared_arithmetic() -> None:
+    """The PyTorch sampler works in fp32 probabilities and says so: a draft whose p and q underflow is
+    never accepted, which its law (fp32-probs) says too; held to the log-space law it would fail."""
+    # At T = 0.5, p(d) = e**-193 (2e-84) and q(d) = e**-197 (3e-86): the exact ratio is 55, so a
+    # log-space sampler always accepts d; in fp32 probabilities both are zero and d is rejected.
+    target = np.array([[0.0, -96.5], [0.0, 0.0]])
+    draft = np.array([[0.0, -98.5]])
+    batch = make_batch([RequestData(target, [1], draft, temperature=0.5, seed=108)])
+    variant = load_variant("torch")
+    verdict = CHECKS["law_of_m"].run(variant, batch, num_samples=200, seed=1)
+    assert verdict.passed, verdict.message
+    log_space = CHECKS["law_of_m"].run(_AsLogSpace(variant), batch, num_samples=200, seed=1)
+    assert log_space.failed, log_space.message  # alpha 1e-6; P(m = 1) is 1 against 0 observed
+
+
+class _AsLogSpace:
+    """The same sampler declaring no capabilities: log-space arithmetic by default."""
+
+    streams = None
+
+    def __init__(self, inner: object) -> None:
+        self.inner, self.name = inner, "torch declared log-space"
+
+    def __call__(self, batch: SpecBatch) -> object:
+        return self.inner(batch)  # type: ignore[operator]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -135,13 +135,137 @@ class Variant(Protocol):
     """A rejection sampler under test: ``SpecBatch -> SpecOutput``.
 
     ``streams`` is the random scheme the sampler draws from (`reference.schemes`), which the
-    float64 walk replays for the coupled check; ``None`` for a sampler with its own generator.
+    float64 walk replays for the coupled check; ``None`` for a sampler with its own generator. A
+    variant may also declare ``capabilities`` (`Capabilities`; every method, dtype and input by
+    default): the harness then checks it inside them and says what it left out.
     """
 
     name: str
     streams: RandomScheme | None
 
     def __call__(self, batch: SpecBatch) -> SpecOutput: ...
+
+
+Arithmetic = Literal["log", "fp32-probs"]
+DRAFT_KINDS = ("one-hot", "flat", "slotted")
+# The smallest normal float32: an fp32 probability below it flushes to zero.
+FP32_TINY = 2.0**-126
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a sampler implements and the inputs it is defined on; the harness checks inside them.
+
+    Attributes:
+        methods: the methods it implements.
+        dtypes: the logit dtypes it takes.
+        draft_kinds: the kinds of draft logits it takes: ``"one-hot"``, ``"flat"``, ``"slotted"``.
+        logprobs: whether it reports logprobs.
+        nan_logits: whether NaN logits may reach it (they read as ``-inf``).
+        infinite_logits: whether ``+inf`` logits and rows with no finite logit may reach it
+            (``-inf`` entries in a row that keeps a finite logit always may: that is masking).
+        greedy_below: temperatures below this are greedy to it (vLLM's front end: ``1e-5``); it
+            gets no temperature in ``(0, greedy_below)``.
+        out_of_range_ids: whether draft ids outside ``[-1, V)`` may reach it (read as ``-1``).
+        max_vocab: the largest vocabulary it takes.
+        arithmetic: ``"log"`` (log space, exact as far as float32 goes), or ``"fp32-probs"``:
+            probabilities in float32, where a probability below the smallest normal (``2**-126``)
+            is zero; the exact law the checks use flushes them too.
+    """
+
+    methods: tuple[str, ...] = METHODS
+    dtypes: tuple[torch.dtype, ...] = LOGIT_DTYPES
+    draft_kinds: tuple[str, ...] = DRAFT_KINDS
+    logprobs: bool = True
+    nan_logits: bool = True
+    infinite_logits: bool = True
+    greedy_below: float = 0.0
+    out_of_range_ids: bool = True
+    max_vocab: int = MAX_VOCAB_SIZE
+    arithmetic: Arithmetic = "log"
+
+    def not_checked(self) -> list[str]:
+        """What the harness leaves out for a sampler with these capabilities, one line each."""
+        lines = [f"method {m}" for m in METHODS if m not in self.methods]
+        lines += [f"dtype {str(d).removeprefix('torch.')}" for d in LOGIT_DTYPES if d not in self.dtypes]
+        lines += [f"{kind} draft logits" for kind in DRAFT_KINDS if kind not in self.draft_kinds]
+        flags = (
+            (not self.logprobs, "logprobs (the sampler reports none)"),
+            (not self.nan_logits, "NaN logits"),
+            (not self.infinite_logits, "+inf logits and rows with no finite logit"),
+            (self.greedy_below > 0, f"temperatures in (0, {self.greedy_below:g}) (greedy to the sampler)"),
+            (not self.out_of_range_ids, "draft ids outside [-1, V)"),
+            (self.max_vocab < MAX_VOCAB_SIZE, f"vocabularies above {self.max_vocab}"),
+            (
+                self.arithmetic == "fp32-probs",
+                "probabilities below 2**-126 (zero in the sampler's fp32 arithmetic and in its law)",
+            ),
+        )
+        return lines + [text for off, text in flags if off]
+
+    def admits(self, batch: SpecBatch) -> str | None:
+        """Why ``batch`` lies outside these capabilities (the first reason), or ``None`` if it lies inside."""
+        kind = "one-hot" if batch.draft_logits is None else "slotted" if batch.slotted else "flat"
+        logits = [batch.target_logits] + ([] if batch.draft_logits is None else [batch.draft_logits])
+        infinite = any(bool(t.isposinf().any() or (~torch.isfinite(t).any(dim=-1)).any()) for t in logits)
+        temperature = batch.temperature.detach().cpu()
+        ids = batch.draft_token_ids.detach().cpu()
+        checks = (
+            (batch.method in self.methods, f"method {batch.method}"),
+            (batch.target_logits.dtype in self.dtypes, f"dtype {batch.target_logits.dtype}"),
+            (kind in self.draft_kinds, f"{kind} draft logits"),
+            (batch.vocab_size <= self.max_vocab, f"vocabulary size {batch.vocab_size}"),
+            (self.nan_logits or not any(bool(t.isnan().any()) for t in logits), "NaN logits"),
+            (
+                self.infinite_logits or not infinite,
+                "+inf logits or a row with no finite logit",
+            ),
+            (
+                not bool(((temperature > 0) & (temperature < self.greedy_below)).any()),
+                f"a temperature in (0, {self.greedy_below:g})",
+            ),
+            (
+                self.out_of_range_ids or not bool(((ids < -1) | (ids >= batch.vocab_size)).any()),
+                "draft ids outside [-1, V)",
+            ),
+        )
+        return next((text for inside, text in checks if not inside), None)
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the field and the value of a capability the harness does not know."""
+        unknown = [m for m in self.methods if m not in METHODS]
+        if unknown or not self.methods:
+            raise _fail(
+                "capabilities.methods", f"is {self.methods}; expected a non-empty subset of {METHODS}"
+            )
+        if not self.dtypes or any(d not in LOGIT_DTYPES for d in self.dtypes):
+            raise _fail(
+                "capabilities.dtypes", f"is {self.dtypes}; expected a non-empty subset of {LOGIT_DTYPES}"
+            )
+        if not self.draft_kinds or any(k not in DRAFT_KINDS for k in self.draft_kinds):
+            raise _fail(
+                "capabilities.draft_kinds",
+                f"is {self.draft_kinds}; expected a non-empty subset of {DRAFT_KINDS}",
+            )
+        if self.arithmetic not in ("log", "fp32-probs"):
+            raise _fail("capabilities.arithmetic", f"is {self.arithmetic!r}; expected 'log' or 'fp32-probs'")
+        if not (self.greedy_below >= 0 and np.isfinite(self.greedy_below)):
+            raise _fail("capabilities.greedy_below", f"is {self.greedy_below}; expected a finite value >= 0")
+        if not 1 <= self.max_vocab <= MAX_VOCAB_SIZE:
+            raise _fail(
+                "capabilities.max_vocab", f"is {self.max_vocab}; expected 1 <= max_vocab <= {MAX_VOCAB_SIZE}"
+            )
+
+
+def capabilities(variant: object) -> Capabilities:
+    """The capabilities ``variant`` declares (every method, dtype and input when it declares none)."""
+    declared = getattr(variant, "capabilities", None)
+    if declared is None:
+        return Capabilities()
+    if not isinstance(declared, Capabilities):
+        raise _fail("capabilities", f"is {type(declared).__name__}; expected reference.contract.Capabilities")
+    declared.validate()
+    return declared
 
 
 # ---------------------------------------------------------------------------------------------

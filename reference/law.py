@@ -13,7 +13,13 @@ emitted token ``y``. Position ``i`` follows the rules of `reference.methods`:
 
 Row laws: NaN logits count as ``-inf``; a row with ``+inf`` logits is uniform over them (the limit
 of a growing logit); a row with no finite logit and no ``+inf`` is uniform over the vocabulary.
+Temperatures above ``1e30`` act as ``1e30`` (`MAX_TEMPERATURE`: the law is uniform to within
+``1e-30`` either way for logits below ``1``, and ``1 / T`` stays a normal float32).
 Inputs are upcast to float64 after their own rounding, so fp16 and bf16 logits are exact.
+
+A sampler that declares ``fp32-probs`` arithmetic (`reference.contract.Capabilities`) is held to
+the law of the probabilities it can represent: every ``p_i`` and ``q_i`` below ``2**-126`` is zero
+and the row renormalised.
 """
 
 from __future__ import annotations
@@ -24,10 +30,11 @@ import numpy as np
 import numpy.typing as npt
 
 from reference import methods
-from reference.contract import SpecBatch
+from reference.contract import FP32_TINY, Arithmetic, SpecBatch
 
 F64Array = npt.NDArray[np.float64]
 I64Array = npt.NDArray[np.int64]
+MAX_TEMPERATURE = 1e30
 
 
 # ---------------------------------------------------------------------------------------------
@@ -51,7 +58,7 @@ def row_probs(logits: npt.ArrayLike, temperature: npt.ArrayLike) -> F64Array:
     ``temperature`` is one value, or one per row.
     """
     x = clean(logits)
-    t = np.asarray(temperature, dtype=np.float64)[..., None]
+    t = np.minimum(np.asarray(temperature, dtype=np.float64), MAX_TEMPERATURE)[..., None]
     top = x.max(axis=-1, keepdims=True)
     posinf = np.isposinf(x)
     with np.errstate(invalid="ignore", over="ignore"):
@@ -185,12 +192,21 @@ def position_law(
     return method.accept_probability(target, draft, token, rate), method.rejection_law(target, draft, token)
 
 
-def request_law(method: str, inputs: RequestInputs) -> RequestLaw:
+def flush_to_fp32(probs: F64Array) -> F64Array:
+    """Rows of probabilities with every value below float32's smallest normal zeroed, renormalised."""
+    kept = np.where(probs < FP32_TINY, 0.0, probs)
+    total = kept.sum(axis=-1, keepdims=True)
+    return np.asarray(np.where(total > 0, kept / np.where(total > 0, total, 1.0), probs), dtype=np.float64)
+
+
+def request_law(method: str, inputs: RequestInputs, arithmetic: Arithmetic = "log") -> RequestLaw:
     """The exact law of one request's output (see the module docstring)."""
     rules = methods.METHODS[method]
     n, vocab_size = inputs.num_drafts, inputs.target_logits.shape[1]
     targets = inputs.target_probs().reshape(n + 1, vocab_size)
     drafts = inputs.draft_probs().reshape(n, vocab_size)
+    if arithmetic == "fp32-probs":
+        targets, drafts = flush_to_fp32(targets), flush_to_fp32(drafts)
     rates = inputs.synthetic_rates if inputs.synthetic_rates is not None else np.zeros(n)
     accept_probs = np.zeros(n)
     token_probs = targets.copy()
@@ -209,6 +225,6 @@ def request_law(method: str, inputs: RequestInputs) -> RequestLaw:
     )
 
 
-def exact_law(batch: SpecBatch) -> list[RequestLaw]:
-    """The exact float64 law of every request's output for ``batch``."""
-    return [request_law(batch.method, inputs) for inputs in request_inputs(batch)]
+def exact_law(batch: SpecBatch, arithmetic: Arithmetic = "log") -> list[RequestLaw]:
+    """The exact float64 law of every request's output for ``batch``, in a sampler's ``arithmetic``."""
+    return [request_law(batch.method, inputs, arithmetic) for inputs in request_inputs(batch)]

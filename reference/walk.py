@@ -32,7 +32,7 @@ import numpy.typing as npt
 import torch
 
 from reference.contract import SpecBatch, SpecOutput
-from reference.law import greedy_token, row_probs
+from reference.law import MAX_TEMPERATURE, greedy_token, row_probs
 from reference.methods import METHODS, Method
 from reference.schemes import CANONICAL, EPS32, TOL_ULPS, Noise, RandomScheme
 
@@ -394,7 +394,7 @@ class LogLaw:
 def log_law(logits: F64Array, temperature: F64Array) -> LogLaw:
     """The log-domain law of every row (``T = 1`` for greedy rows) and the float32 tolerance of each entry."""
     clean = np.where(np.isnan(logits), -np.inf, logits)
-    t = np.where(temperature > 0, temperature, 1.0)[:, None]
+    t = np.minimum(np.where(temperature > 0, temperature, 1.0), MAX_TEMPERATURE)[:, None]
     row_max = clean.max(axis=1, keepdims=True)
     with np.errstate(invalid="ignore"):
         scaled = np.where(clean == row_max, 0.0, (clean - row_max) / t)

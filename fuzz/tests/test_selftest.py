@@ -53,7 +53,9 @@ def test_triton_survives_the_targeted_cases_with_coupling() -> None:
     """
     variant = load_variant("triton")
     batches = [batch for _, batch in targeted_batches()]
-    trials = affordable_samples(variant, batches, profiles.get("ci").num_samples, seconds=30.0, floor=16)
+    trials = affordable_samples(
+        variant, batches, profiles.get("ci").num_samples, seconds=30.0, floor=16
+    ).trials
     record = run_variant(
         "triton", variant, (), profile="ci", rounds=0, device="cpu", progress=False, num_samples=trials
     )

@@ -67,12 +67,21 @@ def check(
     alpha: float = DEFAULT_ALPHA,
     seed: int = 0,
     trials: Trials | None = None,
+    required_samples: int | None = None,
 ) -> Verdict | None:
     """Run the check called ``name``; ``None`` when it does not apply to ``variant`` on ``batch``."""
     unit = CHECKS[name]
     if not unit.applies(variant, batch):
         return None
-    return unit.run(variant, batch, num_samples=num_samples, alpha=alpha, seed=seed, trials=trials)
+    return unit.run(
+        variant,
+        batch,
+        num_samples=num_samples,
+        alpha=alpha,
+        seed=seed,
+        trials=trials,
+        required_samples=required_samples,
+    )
 
 
 def run_checks(
@@ -83,13 +92,15 @@ def run_checks(
     num_samples: int = DEFAULT_NUM_SAMPLES,
     alpha: float = DEFAULT_ALPHA,
     seed: int = 0,
+    required_samples: int | None = None,
 ) -> list[Verdict]:
     """Run ``checks`` (names from `CHECKS`, run in that order) of ``variant`` on ``batch``.
 
     The checks that share trials draw one set of ``num_samples`` trials per request (their variant
     time is charged to the first of them); the others make their own calls. Checks that do not
     apply are left out. Each verdict has false-failure rate ``alpha``; ``seed`` derives every random
-    choice.
+    choice; a clean verdict below the power of ``required_samples`` trials per request (default:
+    ``num_samples``) is inconclusive.
     """
     unknown = [c for c in checks if c not in CHECKS]
     if unknown:
@@ -113,6 +124,7 @@ def run_checks(
             alpha=alpha,
             seed=seed,
             trials=shared if unit.shares_trials else None,
+            required_samples=required_samples,
         )
         if shared is not None and unit is sharing[0]:
             verdict = dataclasses.replace(verdict, seconds=verdict.seconds + shared.seconds)

@@ -21,7 +21,7 @@ import torch
 
 from properties import stats
 from properties.batching import draft_counts, pad_output, select_requests
-from reference.contract import SpecBatch, SpecOutput, Variant, validate_output
+from reference.contract import Arithmetic, SpecBatch, SpecOutput, Variant, capabilities, validate_output
 
 DEFAULT_NUM_SAMPLES = 2000
 DEFAULT_ALPHA = stats.DEFAULT_ALPHA
@@ -30,7 +30,7 @@ DEFAULT_MAX_ELEMENTS = 1 << 26
 
 I64Array = npt.NDArray[np.int64]
 F64Array = npt.NDArray[np.float64]
-Status = Literal["pass", "fail"]
+Status = Literal["pass", "fail", "inconclusive"]
 Unit = Literal["total variation", "probability", "rate per sample"]
 
 
@@ -58,10 +58,13 @@ class Verdict:
 
     Attributes:
         check: the check's name.
-        status: ``"pass"`` or ``"fail"``.
+        status: ``"pass"`` (the check ran with the power it states and saw nothing wrong),
+            ``"fail"``, or ``"inconclusive"`` (it saw nothing wrong but ran too few trials for the
+            profile's power, or could not have detected any deviation).
         variant: the variant's name.
         message: one line a person can read.
         num_samples: samples (variant outputs) the verdict rests on.
+        trials: trials per request the check ran (``None`` where it does not count trials).
         seconds: wall time of the check, variant calls included.
         request: the request (index in the checked batch) where a failure is localised.
         position: the position (draft index; ``n_b`` is the bonus) where a failure is localised.
@@ -77,6 +80,7 @@ class Verdict:
     message: str
     num_samples: int
     seconds: float
+    trials: int | None = None
     request: int | None = None
     position: int | None = None
     statistic: float | None = None
@@ -86,8 +90,13 @@ class Verdict:
 
     @property
     def passed(self) -> bool:
-        """Whether the variant passed."""
+        """Whether the variant passed with the stated power."""
         return self.status == "pass"
+
+    @property
+    def failed(self) -> bool:
+        """Whether the variant failed."""
+        return self.status == "fail"
 
 
 class VariantError(Exception):
@@ -96,11 +105,23 @@ class VariantError(Exception):
 
 @dataclass(frozen=True)
 class Settings:
-    """How a check runs: trials per request, false-failure rate, and the seed every choice derives from."""
+    """How a check runs.
+
+    Attributes:
+        num_samples: trials per request.
+        alpha: the false-failure rate of a statistical verdict.
+        seed: what every random choice derives from.
+        required_samples: the trials per request the profile's power needs; a check that runs
+            fewer and sees nothing wrong is inconclusive (default: ``num_samples``).
+        arithmetic: the sampler's arithmetic (`reference.contract.Capabilities`), which the exact
+            law follows.
+    """
 
     num_samples: int = DEFAULT_NUM_SAMPLES
     alpha: float = DEFAULT_ALPHA
     seed: int = 0
+    required_samples: int | None = None
+    arithmetic: Arithmetic = "log"
 
 
 class Check:
@@ -110,10 +131,13 @@ class Check:
         name: the check's name.
         shares_trials: whether it runs on the trials `run_checks` draws once for every such check
             (otherwise it makes its own variant calls).
+        counts_trials: whether its power grows with the trials per request, so that too few of
+            them make a clean verdict inconclusive.
     """
 
     name: str
     shares_trials = True
+    counts_trials = True
 
     def applies(self, variant: Variant, batch: SpecBatch) -> bool:
         """Whether the check means anything for ``variant`` on ``batch``."""
@@ -128,17 +152,33 @@ class Check:
         alpha: float = DEFAULT_ALPHA,
         seed: int = 0,
         trials: Trials | None = None,
+        required_samples: int | None = None,
     ) -> Verdict:
         """Check ``variant`` on ``batch`` with ``num_samples`` trials per request (or ``trials``).
 
-        The verdict's time includes the variant calls the check makes; a variant that raises fails it.
+        The verdict's time includes the variant calls the check makes; a variant that raises fails
+        it; a clean verdict below the power of ``required_samples`` trials is inconclusive.
         """
         start = time.perf_counter()
+        arithmetic = capabilities(variant).arithmetic
+        settings = Settings(num_samples, alpha, seed, required_samples, arithmetic)
         try:
-            verdict = self.verdict(variant, batch, Settings(num_samples, alpha, seed), trials)
+            verdict = self.verdict(variant, batch, settings, trials)
         except VariantError as error:
             verdict = failed_call(self.name, variant, error)
+        if verdict.passed and (reason := self.starved(verdict, settings)):
+            message = verdict.message.replace(f"{self.name} passes", f"{self.name} is INCONCLUSIVE", 1)
+            verdict = dataclasses.replace(verdict, status="inconclusive", message=f"{message}; {reason}")
         return dataclasses.replace(verdict, seconds=time.perf_counter() - start)
+
+    def starved(self, verdict: Verdict, settings: Settings) -> str | None:
+        """Why a clean verdict lacks the power it should have, or ``None``."""
+        required = settings.required_samples or settings.num_samples
+        if self.counts_trials and verdict.trials is not None and verdict.trials < required:
+            return f"{verdict.trials} trials per request ran; the profile's power needs {required}"
+        if verdict.detectable is not None and not math.isfinite(verdict.detectable.value):
+            return "no deviation is detectable with power 0.999 at these trials"
+        return None
 
     def verdict(
         self, variant: Variant, batch: SpecBatch, settings: Settings, trials: Trials | None
@@ -157,8 +197,10 @@ class StatisticalCheck(Check):
         """The trials the tests run on."""
         return draw_trials(variant, batch, settings.num_samples, settings.seed)
 
-    def components(self, batch: SpecBatch, trials: Trials, alpha: float) -> tuple[list[Component], Deviation]:
-        """The tests, and the deviation they detect with power 0.999."""
+    def components(
+        self, batch: SpecBatch, trials: Trials, settings: Settings
+    ) -> tuple[list[Component], Deviation]:
+        """The tests at level ``settings.alpha``, and the deviation they detect with power 0.999."""
         raise NotImplementedError
 
     def verdict(
@@ -167,18 +209,19 @@ class StatisticalCheck(Check):
         """Holm's combination of `components` on the trials."""
         trials = trials or self.draw(variant, batch, settings)
         alpha = settings.alpha
-        tests, detectable = self.components(batch, trials, alpha)
+        tests, detectable = self.components(batch, trials, settings)
         summary = f"{batch.num_requests} requests x {trials.num_trials} trials"
         common = dict(
             check=self.name,
             variant=variant.name,
             num_samples=batch.num_requests * trials.num_trials,
             seconds=0.0,
+            trials=trials.num_trials,
             alpha=alpha,
             detectable=detectable,
         )
         if not tests:
-            return Verdict(status="pass", message=f"{summary}; nothing to test", pvalue=1.0, **common)
+            return Verdict(status="inconclusive", message=f"{summary}; nothing to test", pvalue=1.0, **common)
         adjusted = stats.holm_adjusted([t.pvalue for t in tests])
         worst = int(np.argmin(adjusted))
         test, pvalue = tests[worst], float(adjusted[worst])
@@ -367,6 +410,7 @@ def exact_verdict(
     request: int | None = None,
     position: int | None = None,
     samples_per_case: int | None = None,
+    trials: int | None = None,
 ) -> Verdict:
     """The verdict of an exact check: ``failures`` out of ``total`` samples broke it.
 
@@ -381,6 +425,7 @@ def exact_verdict(
         message=f"{check} FAILS: {failed}" if failures else f"{check} passes: {passed}",
         num_samples=total,
         seconds=0.0,
+        trials=trials,
         request=request if failures else None,
         position=position if failures else None,
         statistic=float(failures),

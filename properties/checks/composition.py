@@ -30,6 +30,7 @@ class Composition(Check):
     """The same requests give the same output alone and shuffled among strangers, under permuted slots."""
 
     name = "composition"
+    counts_trials = False
     shares_trials = False
 
     def __init__(self, max_elements: int = DEFAULT_MAX_ELEMENTS) -> None:

@@ -135,6 +135,7 @@ class Coupled(Check):
     """
 
     name = "coupled"
+    counts_trials = False
 
     def __init__(
         self, max_excused_fraction: float = MAX_EXCUSED_FRACTION, max_elements: int = DEFAULT_COUPLED_ELEMENTS

@@ -22,6 +22,7 @@ class Determinism(Check):
     """Two calls on the same batch give the same tokens, counts and logprobs. No statistics."""
 
     name = "determinism"
+    counts_trials = False
     shares_trials = False
 
     def __init__(self, max_elements: int = DEFAULT_MAX_ELEMENTS) -> None:

@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from properties.checks.base import Check, Settings, Trials, Verdict, draw_trials, exact_verdict
-from reference.contract import SpecBatch, SpecOutput, Variant
+from reference.contract import Arithmetic, SpecBatch, SpecOutput, Variant
 from reference.law import RequestInputs, RequestLaw, exact_law, greedy_token, request_inputs
 from reference.methods import METHODS, Method
 from reference.walk import LOG_SUBNORMAL, LogLaw, log_law
@@ -149,6 +149,7 @@ def find_violations(
     num_trials: int = 1,
     problems: list[str] | None = None,
     limit: int = 20,
+    arithmetic: Arithmetic = "log",
 ) -> Violations:
     """The invariants ``output`` breaks; its rows are ``num_trials`` samples of each request of ``batch``."""
     method = METHODS[batch.method]
@@ -158,7 +159,7 @@ def find_violations(
     tokens_all = output.token_ids.detach().cpu().numpy().astype(np.int64)
     emitted_all = output.num_emitted.detach().cpu().numpy().astype(np.int64)
     logprobs = None if output.logprobs is None else output.logprobs.detach().cpu().numpy()
-    for b, (inputs, law) in enumerate(zip(request_inputs(batch), exact_law(batch), strict=True)):
+    for b, (inputs, law) in enumerate(zip(request_inputs(batch), exact_law(batch, arithmetic), strict=True)):
         rows = slice(b * num_trials, (b + 1) * num_trials)
         tokens, emitted = tokens_all[rows], emitted_all[rows]
         lp = None if logprobs is None else logprobs[rows]
@@ -194,7 +195,9 @@ class Invariants(Check):
     ) -> Verdict:
         """Check every trial; ``alpha`` is unused."""
         trials = trials or draw_trials(variant, batch, settings.num_samples, settings.seed)
-        found = find_violations(batch, trials.output, trials.num_trials, trials.problems, limit=1)
+        found = find_violations(
+            batch, trials.output, trials.num_trials, trials.problems, limit=1, arithmetic=settings.arithmetic
+        )
         total = batch.num_requests * trials.num_trials
         request, position, text = found.first or (None, None, "")
         return exact_verdict(
@@ -207,6 +210,7 @@ class Invariants(Check):
             request=request,
             position=position,
             samples_per_case=trials.num_trials,
+            trials=trials.num_trials,
         )
 
 

@@ -12,16 +12,18 @@ from __future__ import annotations
 import numpy as np
 
 from properties import stats
-from properties.checks.base import Component, Deviation, StatisticalCheck, Trials, largest
-from reference.contract import SpecBatch
+from properties.checks.base import Component, Deviation, Settings, StatisticalCheck, Trials, largest
+from reference.contract import Arithmetic, SpecBatch
 from reference.law import exact_law
 
 
-def components(batch: SpecBatch, trials: Trials, alpha: float) -> tuple[list[Component], Deviation]:
+def components(
+    batch: SpecBatch, trials: Trials, alpha: float, arithmetic: Arithmetic = "log"
+) -> tuple[list[Component], Deviation]:
     """The exact binomial tests of the law of m, and the deviation they detect."""
     tests: list[Component] = []
     cells: list[tuple[int, float]] = []
-    for b, law in enumerate(exact_law(batch)):
+    for b, law in enumerate(exact_law(batch, arithmetic)):
         _, emitted = trials.request_rows(b)
         n = law.accept_probs.shape[0]
         m = emitted - 1
@@ -58,9 +60,11 @@ class LawOfM(StatisticalCheck):
 
     name = "law_of_m"
 
-    def components(self, batch: SpecBatch, trials: Trials, alpha: float) -> tuple[list[Component], Deviation]:
+    def components(
+        self, batch: SpecBatch, trials: Trials, settings: Settings
+    ) -> tuple[list[Component], Deviation]:
         """The exact binomial tests of the law of m, and the deviation they detect."""
-        return components(batch, trials, alpha)
+        return components(batch, trials, settings.alpha, settings.arithmetic)
 
 
 CHECK = LawOfM()

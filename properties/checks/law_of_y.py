@@ -14,8 +14,8 @@ import numpy as np
 import numpy.typing as npt
 
 from properties import stats
-from properties.checks.base import Component, Deviation, StatisticalCheck, Trials, largest
-from reference.contract import SpecBatch
+from properties.checks.base import Component, Deviation, Settings, StatisticalCheck, Trials, largest
+from reference.contract import Arithmetic, SpecBatch, Variant
 from reference.law import exact_law
 
 DEFAULT_BLOCK_SIZE = 4096
@@ -41,13 +41,17 @@ def bug_shaped_sets(vocab_size: int, draft: int, block_size: int = DEFAULT_BLOCK
 
 
 def components(
-    batch: SpecBatch, trials: Trials, alpha: float, block_size: int = DEFAULT_BLOCK_SIZE
+    batch: SpecBatch,
+    trials: Trials,
+    alpha: float,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    arithmetic: Arithmetic = "log",
 ) -> tuple[list[Component], Deviation]:
     """The tests of the law of y given m, and the deviation they detect."""
     vocab_size = batch.vocab_size
     tests: list[Component] = []
     joints = []
-    for b, law in enumerate(exact_law(batch)):
+    for b, law in enumerate(exact_law(batch, arithmetic)):
         tokens, emitted = trials.request_rows(b)
         n = law.accept_probs.shape[0]
         m = emitted - 1
@@ -58,8 +62,8 @@ def components(
             bad = int(np.sum(~ok))
             tests.append(Component(b, None, 0.0, float(bad), f"{bad} trials with m or y out of range"))
         m, y = m[ok], y[ok]
-        if m.size == 0:
-            continue
+        if m.size == 0 or (n + 1) * vocab_size == 1:
+            continue  # a request with one possible outcome has no law to get wrong
         joint_law = law.joint_probs().reshape(-1)
         joints.append(joint_law)
         joint = np.bincount(m * vocab_size + y, minlength=(n + 1) * vocab_size).astype(np.float64)
@@ -98,12 +102,18 @@ class LawOfY(StatisticalCheck):
 
     name = "law_of_y"
 
+    def applies(self, variant: Variant, batch: SpecBatch) -> bool:
+        """Some request has more than one possible outcome ``(m, y)``."""
+        return batch.vocab_size > 1 or any(n > 0 for n in batch.num_drafts())
+
     def __init__(self, block_size: int = DEFAULT_BLOCK_SIZE) -> None:
         self.block_size = block_size
 
-    def components(self, batch: SpecBatch, trials: Trials, alpha: float) -> tuple[list[Component], Deviation]:
+    def components(
+        self, batch: SpecBatch, trials: Trials, settings: Settings
+    ) -> tuple[list[Component], Deviation]:
         """The tests of the law of y given m, and the deviation they detect."""
-        return components(batch, trials, alpha, self.block_size)
+        return components(batch, trials, settings.alpha, self.block_size, settings.arithmetic)
 
 
 CHECK = LawOfY()

@@ -24,7 +24,7 @@ from properties.checks.base import (
     draw_trials,
     largest,
 )
-from reference.contract import SpecBatch, Variant
+from reference.contract import Arithmetic, SpecBatch, Variant
 from reference.law import exact_law, request_inputs
 from reference.methods import METHODS
 
@@ -54,12 +54,14 @@ def drafts_from_q(batch: SpecBatch, num_trials: int, seed: int) -> I64Array:
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
-def components(batch: SpecBatch, trials: Trials, alpha: float) -> tuple[list[Component], Deviation]:
+def components(
+    batch: SpecBatch, trials: Trials, alpha: float, arithmetic: Arithmetic = "log"
+) -> tuple[list[Component], Deviation]:
     """The tests of every position's marginal, and the deviation they detect."""
     vocab_size = batch.vocab_size
     tests: list[Component] = []
     first_rows = []
-    for b, law in enumerate(exact_law(batch)):
+    for b, law in enumerate(exact_law(batch, arithmetic)):
         tokens, emitted = trials.request_rows(b)
         n = law.accept_probs.shape[0]
         emitted = np.clip(emitted, 0, n + 1)
@@ -95,8 +97,8 @@ class Marginal(StatisticalCheck):
         self.max_elements = max_elements
 
     def applies(self, variant: Variant, batch: SpecBatch) -> bool:
-        """Only lossless methods keep the target's marginal."""
-        return METHODS[batch.method].lossless
+        """Only lossless methods keep the target's marginal, and only over more than one token."""
+        return METHODS[batch.method].lossless and batch.vocab_size > 1
 
     def draw(self, variant: Variant, batch: SpecBatch, settings: Settings) -> Trials:
         """Trials with every trial's drafts drawn afresh from ``q``."""
@@ -106,9 +108,11 @@ class Marginal(StatisticalCheck):
             max_elements=self.max_elements,
         )  # fmt: skip
 
-    def components(self, batch: SpecBatch, trials: Trials, alpha: float) -> tuple[list[Component], Deviation]:
+    def components(
+        self, batch: SpecBatch, trials: Trials, settings: Settings
+    ) -> tuple[list[Component], Deviation]:
         """The tests of every position's marginal, and the deviation they detect."""
-        return components(batch, trials, alpha)
+        return components(batch, trials, settings.alpha, settings.arithmetic)
 
 
 CHECK = Marginal()
