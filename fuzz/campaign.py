@@ -30,6 +30,7 @@ from fuzz.targeted import targeted_batches
 from properties import profiles, strategies
 from properties.batching import select_requests
 from properties.checks import CHECKS, Verdict, discrepancy, run_checks
+from properties.checks.base import EnvironmentProblem
 from properties.profiles import Profile
 from reference.contract import METHODS, Capabilities, SpecBatch, Variant, capabilities
 
@@ -314,19 +315,26 @@ def _search_round(
         case_seed=st.integers(0, 2**31 - 1),
     )
     def search(batch: SpecBatch, case_seed: int) -> None:
-        nonlocal failing
-        if not failing and time.monotonic() > deadline:
-            return  # out of time: the remaining examples of this round are no-ops
-        verdict = probe("search", on_device(batch, device), case_seed)
+        nonlocal failing, broken
+        if broken is not None or (not failing and time.monotonic() > deadline):
+            return  # out of time, or the machine failed: the remaining examples are no-ops
+        try:
+            verdict = probe("search", on_device(batch, device), case_seed)
+        except EnvironmentProblem as error:
+            broken = error  # not the sampler's failure: nothing for Hypothesis to shrink
+            return
         if verdict is None:
             return
         failing = True
         raise _Found(verdict, batch, case_seed)
 
+    broken: EnvironmentProblem | None = None
     try:
         search()
     except _Found as found:
         return found
+    if broken is not None:
+        raise broken
     return None
 
 

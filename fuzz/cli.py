@@ -30,9 +30,28 @@ def _default_device() -> str:
 def _check_device(device: str) -> str:
     import torch
 
+    if device != "cpu" and not (device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit())):
+        raise UsageError(f"--device is {device!r}; expected cpu, cuda or cuda:N")
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise UsageError(f"--device is {device!r} but no CUDA GPU is visible")
+    if device.startswith("cuda:") and int(device[5:]) >= torch.cuda.device_count():
+        raise UsageError(f"--device is {device!r} but {torch.cuda.device_count()} CUDA GPUs are visible")
     return device
+
+
+def _number(kind: type, low: float, option: str) -> object:
+    """An argparse type: a ``kind`` number of at least ``low``, else an error naming ``option``."""
+
+    def parse(value: str) -> object:
+        try:
+            number = kind(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{option} is {value!r}; expected a number") from None
+        if not low <= number < float("inf"):
+            raise argparse.ArgumentTypeError(f"{option} is {value!r}; expected a finite number >= {low:g}")
+        return number
+
+    return parse
 
 
 def _methods(value: str) -> tuple[str, ...]:
@@ -151,7 +170,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
     device = _check_device(args.device or _default_device())
     failures = 0
     for path in paths:
-        reproducer = load_reproducer(path)
+        try:
+            reproducer = load_reproducer(path)
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise UsageError(f"path {path} is not a reproducer: {type(error).__name__}: {error}") from error
         spec = args.variant or reproducer.variant
         variant = load_variant(spec)
         checks = tuple(CHECKS) if args.all_checks else (reproducer.check,)
@@ -262,7 +284,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="package.module:NAME, path/to/file.py:NAME, a registered name, or a mutant id",
     )
     run.add_argument("--methods", type=_methods, help="comma list (default: every method)")
-    run.add_argument("--budget", type=float, help="seconds (default: the profile's)")
+    run.add_argument(
+        "--budget", type=_number(float, 1e-3, "--budget"), help="seconds (default: the profile's)"
+    )
     run.add_argument("--seed", type=int, default=0, help="seed of the search (default: 0)")
     run.add_argument(
         "--corpus",
@@ -278,7 +302,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         help="a read-only example database merged in (repeatable)",
     )
-    run.add_argument("--workers", type=int, default=1, help="processes (one GPU each when GPUs are visible)")
+    run.add_argument(
+        "--workers",
+        type=_number(int, 1, "--workers"),
+        default=1,
+        help="processes (one GPU each when GPUs are visible)",
+    )
     run.add_argument("--no-shrink", action="store_true", help="report the first failure without shrinking it")
     run.add_argument("--no-targeted", action="store_true", help="skip the targeted cases: random search only")
     run.add_argument(
@@ -315,7 +344,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Every mutant must die in the blind campaign (coupling off).",
     )
     mutants.add_argument("ids", nargs="*", help="mutant ids (default: every CPU mutant)")
-    mutants.add_argument("--rounds", type=int, default=1, help="Hypothesis rounds after the targeted cases")
+    mutants.add_argument(
+        "--rounds",
+        type=_number(int, 0, "--rounds"),
+        default=1,
+        help="Hypothesis rounds after the targeted cases",
+    )
     mutants.add_argument("--json", type=Path, help="write one record per mutant to this file")
     common(mutants)
     mutants.set_defaults(handler=cmd_mutants)
@@ -329,10 +363,15 @@ def build_parser() -> argparse.ArgumentParser:
     cert.add_argument(
         "--variant", action="append", help="a variant spec (repeatable; default: every bundled one)"
     )
-    cert.add_argument("--budget", type=float, default=20.0, help="fuzz seconds per variant (default: 20)")
+    cert.add_argument(
+        "--budget",
+        type=_number(float, 0, "--budget"),
+        default=20.0,
+        help="fuzz seconds per variant (default: 20)",
+    )
     cert.add_argument(
         "--check-budget",
-        type=float,
+        type=_number(float, 1e-3, "--check-budget"),
         default=60.0,
         help="seconds of sampler calls per variant for the checks; a slower sampler gets fewer trials "
         "(default: 60)",
@@ -352,10 +391,15 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exit_:
         return EXIT_PASSED if exit_.code == 0 else EXIT_USAGE
+    from properties.checks.base import EnvironmentProblem
+
     try:
         return int(args.handler(args))
     except UsageError as error:
         print(f"error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except EnvironmentProblem as error:
+        print(f"environment error (not the sampler's): {error}", file=sys.stderr)
         return EXIT_USAGE
     except ValueError as error:
         from fuzz.spec import SpecError

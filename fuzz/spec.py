@@ -32,12 +32,24 @@ def _load_module(target: str) -> object:
             raise SpecError(f"variant spec names file {target!r}, which cannot be imported")
         module = importlib.util.module_from_spec(spec)
         sys.modules[module_name] = module
-        spec.loader.exec_module(module)
+        try:
+            spec.loader.exec_module(module)
+        except Exception as error:
+            del sys.modules[module_name]
+            raise SpecError(
+                f"variant spec names file {target!r}, which fails to import: {_named(error)}"
+            ) from error
         return module
     try:
         return importlib.import_module(target)
-    except ImportError as error:
-        raise SpecError(f"variant spec names module {target!r}, which cannot be imported: {error}") from error
+    except Exception as error:
+        raise SpecError(
+            f"variant spec names module {target!r}, which cannot be imported: {_named(error)}"
+        ) from error
+
+
+def _named(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
 
 
 def as_variant(obj: object, spec: str) -> Variant:
@@ -51,6 +63,8 @@ def as_variant(obj: object, spec: str) -> Variant:
             raise SpecError(
                 f"variant spec {spec!r} is callable but not a zero-argument factory: {error}"
             ) from error
+        except Exception as error:
+            raise SpecError(f"variant spec {spec!r} raised when built: {_named(error)}") from error
         if isinstance(made, Variant):
             return made
     raise SpecError(

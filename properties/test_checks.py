@@ -305,3 +305,24 @@ def test_a_check_that_could_detect_nothing_is_not_a_pass() -> None:
     verdict = check("law_of_y", WalkSampler(), batch, num_samples=1, required_samples=1, seed=1)
     assert verdict is not None and verdict.status == "inconclusive", verdict
     assert verdict.detectable is not None and verdict.detectable.value == float("inf")
+
+
+def test_a_small_memory_budget_gives_the_same_verdicts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Calls cut to a few requests each (as a nearly full device would force) give identical verdicts."""
+    import properties.checks.base as base
+
+    batch = _batch(slots=True)
+
+    def strip(verdicts: list[Verdict]) -> list[Verdict]:
+        return [dataclasses.replace(v, seconds=0.0) for v in verdicts]
+
+    whole = strip(run_checks(WalkSampler(), batch, num_samples=300, seed=21))
+    budget = 12 * batch.vocab_size  # twelve rows of logits per call, as a nearly full device would allow
+    monkeypatch.setattr(base, "DEFAULT_MAX_ELEMENTS", budget)
+    gathered = []
+    sampler = WalkSampler()
+    counting = Planted(
+        "walk", lambda b: gathered.append(b.target_logits.numel()) or sampler(b), sampler.streams
+    )
+    assert strip(run_checks(counting, batch, num_samples=300, seed=21)) == whole
+    assert max(gathered) <= budget and len(gathered) > 300

@@ -492,13 +492,25 @@ def make_batch(
         return torch.as_tensor(np.asarray(x) if not isinstance(x, torch.Tensor) else x).to(tensor_dtype)
 
     targets = [as_tensor(r.target_logits, torch.float64) for r in requests]
+    for b, r in enumerate(requests):
+        raw = (
+            r.draft_token_ids
+            if isinstance(r.draft_token_ids, torch.Tensor)
+            else np.asarray(r.draft_token_ids)
+        )
+        if raw.dtype not in (torch.int32, torch.int64, np.dtype(np.int32), np.dtype(np.int64)) and len(raw):
+            raise _fail(f"requests[{b}].draft_token_ids", f"has dtype {raw.dtype}; expected integers")
+        for name in ("seed", "step"):
+            value = getattr(r, name)
+            if not isinstance(value, int | np.integer) or not -(2**63) <= int(value) < 2**63:
+                raise _fail(f"requests[{b}].{name}", f"is {value!r}; expected an int64 integer")
     ids = [as_tensor(r.draft_token_ids, torch.int64).reshape(-1) for r in requests]
     counts = [int(i.shape[0]) for i in ids]
     for b, (t, n) in enumerate(zip(targets, counts, strict=True)):
-        if t.dim() != 2 or t.shape[0] != n + 1:
+        if t.dim() != 2 or t.shape[0] != n + 1 or t.shape[1] != targets[0].shape[-1]:
             raise _fail(
                 f"requests[{b}].target_logits",
-                f"has shape {tuple(t.shape)}; expected [n + 1, V] with n = {n}",
+                f"has shape {tuple(t.shape)}; expected [n + 1, V] with n = {n} and the V of request 0",
             )
     cu = torch.tensor([0, *np.cumsum(counts)], dtype=torch.int32)
     vocab_size = targets[0].shape[1]
@@ -513,6 +525,12 @@ def make_batch(
                 raise _fail("slots", f"has {len(slots)} entries; expected one per request ({len(requests)})")
             capacity = slot_capacity if slot_capacity is not None else max(1, max(counts))
             num = num_slots if num_slots is not None else max(slots) + 1
+            if len(set(slots)) != len(slots):
+                raise _fail("slots", f"is {list(slots)}; two requests cannot share a slot of draft logits")
+            if min(slots) < 0 or max(slots) >= num:
+                raise _fail("slots", f"is {list(slots)}; expected slots in [0, num_slots = {num})")
+            if max(counts) > capacity:
+                raise _fail("slot_capacity", f"is {capacity}; a request has {max(counts)} drafts")
             buffer = torch.zeros(num, capacity, vocab_size, dtype=torch.float64)
             for s, d in zip(slots, drafts, strict=True):
                 buffer[s, : d.shape[0]] = d

@@ -34,6 +34,7 @@ from properties.checks.base import (
     DEFAULT_NUM_SAMPLES,
     Check,
     Deviation,
+    Settings,
     Trials,
     VariantError,
     Verdict,
@@ -105,6 +106,7 @@ def run_checks(
     unknown = [c for c in checks if c not in CHECKS]
     if unknown:
         raise ValueError(f"checks has {unknown}; expected names from {', '.join(CHECKS)}")
+    Settings(num_samples, alpha, seed, required_samples)  # raises ValueError naming a bad argument
     wanted = [CHECKS[c] for c in CHECKS if c in checks and CHECKS[c].applies(variant, batch)]
     sharing = [c for c in wanted if c.shares_trials]
     shared: Trials | None = None

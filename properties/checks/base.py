@@ -25,7 +25,8 @@ from reference.contract import Arithmetic, SpecBatch, SpecOutput, Variant, capab
 
 DEFAULT_NUM_SAMPLES = 2000
 DEFAULT_ALPHA = stats.DEFAULT_ALPHA
-# Logits gathered per variant call: requests are split into calls of at most this many.
+# Logits gathered per variant call at most: requests are split into calls of no more than this many,
+# or fewer where the device's free memory holds fewer (`elements_per_call`).
 DEFAULT_MAX_ELEMENTS = 1 << 26
 
 I64Array = npt.NDArray[np.int64]
@@ -122,6 +123,14 @@ class Settings:
     seed: int = 0
     required_samples: int | None = None
     arithmetic: Arithmetic = "log"
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.num_samples, int) and self.num_samples >= 1):
+            raise ValueError(f"num_samples is {self.num_samples!r}; expected an integer >= 1")
+        if not 0.0 < self.alpha < 1.0:
+            raise ValueError(f"alpha is {self.alpha!r}; expected a false-failure rate in (0, 1)")
+        if self.required_samples is not None and not self.required_samples >= 1:
+            raise ValueError(f"required_samples is {self.required_samples!r}; expected an integer >= 1")
 
 
 class Check:
@@ -254,24 +263,72 @@ def derived_rng(seed: int, purpose: str) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence([seed & (2**64 - 1), *purpose.encode()]))
 
 
+class EnvironmentProblem(Exception):
+    """The environment, not the sampler, failed a call: out of memory, no driver, a compile error.
+
+    It is never a verdict and never a reproducer; the CLI reports it with exit code 2.
+    """
+
+
+# Words in an exception's text that mark a failure of the machine rather than of the sampler.
+_ENVIRONMENT_MARKERS = (
+    "out of memory",
+    "cuda error",
+    "cuda driver",
+    "no kernel image",
+    "active drivers",
+    "cudnn",
+    "cublas",
+    "nccl",
+    "device-side assert",
+)
+
+
+def environment_problem(error: BaseException) -> bool:
+    """Whether ``error`` is the environment's: memory, the driver, Triton's compiler, a missing module."""
+    if isinstance(error, MemoryError | ImportError | torch.cuda.OutOfMemoryError):
+        return True
+    if type(error).__module__.startswith("triton.compiler"):
+        return True
+    text = str(error).lower()
+    return any(marker in text for marker in _ENVIRONMENT_MARKERS)
+
+
+def elements_per_call(device: torch.device, bytes_per_element: int = 64) -> int:
+    """The most logits one variant call may gather: `DEFAULT_MAX_ELEMENTS`, or less where the free
+    memory of ``device`` (the host's for the CPU) holds less at ``bytes_per_element`` each (the
+    call's gathered logits plus the sampler's own intermediates, generously)."""
+    if device.type == "cuda":
+        free = torch.cuda.mem_get_info(device)[0]
+    else:
+        import os
+
+        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return max(1, min(DEFAULT_MAX_ELEMENTS, free // (4 * bytes_per_element)))
+
+
 @dataclass(frozen=True)
 class Trials:
     """``N`` independent samples of every request of a batch.
 
+    Request ``b``'s trial ``t`` is replica ``b * N + t``: request ``b`` with its own seed and, for
+    the marginal check, its own drafts. Replicas are built a call at a time, never all at once.
+
     Attributes:
         batch: the checked batch.
-        replicated: the batch the variant ran on: request ``b``'s trial ``t`` is request
-            ``b * N + t``, with its own seed and, for the marginal check, its own drafts.
-        output: the variant's output for ``replicated``, on the CPU, padded to the full width.
+        output: the variant's output for every replica, on the CPU, padded to the full width.
         num_trials: ``N``.
+        seeds: ``[B * N]`` the replicas' seeds.
+        draft_token_ids: the replicas' drafts, request-major, or ``None`` for the batch's own.
         seconds: wall time of the variant calls.
         problems: shape and dtype violations of the raw outputs.
     """
 
     batch: SpecBatch
-    replicated: SpecBatch
     output: SpecOutput
     num_trials: int
+    seeds: I64Array
+    draft_token_ids: I64Array | None
     seconds: float
     problems: list[str] = field(default_factory=list)
 
@@ -286,9 +343,58 @@ class Trials:
         emitted = self.output.num_emitted[rows].numpy().astype(np.int64)
         return tokens, emitted
 
+    def replicas(self, rows: I64Array) -> SpecBatch:
+        """The batch of replicas ``rows``, as the variant saw them."""
+        return replicas(self.batch, self.num_trials, self.seeds, self.draft_token_ids, rows)
+
+
+def replicas(
+    batch: SpecBatch, num_trials: int, seeds: I64Array, draft_token_ids: I64Array | None, rows: I64Array
+) -> SpecBatch:
+    """Replicas ``rows`` of ``batch`` (replica ``b * num_trials + t`` is request ``b``) on its device."""
+    index = rows // num_trials
+    ids = None
+    if draft_token_ids is not None:
+        counts = draft_counts(batch)[index]
+        starts = np.concatenate([[0], np.cumsum(np.repeat(draft_counts(batch), num_trials))])[rows]
+        take = np.concatenate([np.arange(s, s + c) for s, c in zip(starts, counts, strict=True)] or [[]])
+        ids = torch.as_tensor(draft_token_ids[take.astype(np.int64)], dtype=torch.int64)
+    return select_requests(batch, index, seed=seeds[rows], draft_token_ids=ids)
+
+
+def _call(variant: Variant, part: SpecBatch, problems: list[str]) -> SpecOutput:
+    """One variant call, its raw output checked against the contract's shapes."""
+    try:
+        output = variant(part)
+    except Exception as error:
+        if environment_problem(error):
+            raise EnvironmentProblem(f"{type(error).__name__}: {error}") from error
+        raise VariantError(f"{type(error).__name__}: {error}") from error
+    try:
+        validate_output(output, part)
+    except ValueError as error:
+        problems.append(str(error))
+        output = _coerce(output, part)
+    return output
+
+
+def _chunks(batch: SpecBatch, index: I64Array, max_elements: int) -> list[I64Array]:
+    """Runs of ``index`` (requests of ``batch``) whose calls gather at most ``max_elements`` logits."""
+    counts = draft_counts(batch)
+    rows = counts + 1 + (counts if batch.draft_logits is not None and not batch.slotted else 0)
+    per_call = max(1, max_elements // max(batch.vocab_size, 1))
+    load = np.cumsum(rows[index])
+    cuts, start = [], 0
+    while start < index.size:
+        base = load[start - 1] if start else 0
+        end = max(start + 1, int(np.searchsorted(load, base + per_call, side="right")))
+        cuts.append(np.arange(start, min(end, index.size)))
+        start = end
+    return cuts
+
 
 def call_variant(
-    variant: Variant, batch: SpecBatch, max_elements: int = DEFAULT_MAX_ELEMENTS
+    variant: Variant, batch: SpecBatch, max_elements: int | None = None
 ) -> tuple[SpecOutput, list[str]]:
     """Run ``variant`` on ``batch`` in calls of at most ``max_elements`` logits; stack the outputs on the CPU.
 
@@ -296,32 +402,15 @@ def call_variant(
 
     Raises:
         VariantError: the variant raised.
+        EnvironmentProblem: the machine failed the call (memory, driver, compiler).
     """
-    counts = draft_counts(batch)
-    rows = counts + 1 + (counts if batch.draft_logits is not None and not batch.slotted else 0)
-    per_call = max(1, max_elements // max(batch.vocab_size, 1))
-    chunks: list[list[int]] = [[]]
-    load = 0
-    for b, r in enumerate(rows.tolist()):
-        if chunks[-1] and load + r > per_call:
-            chunks.append([])
-            load = 0
-        chunks[-1].append(b)
-        load += r
-    outputs, problems = [], []
-    for chunk in chunks:
-        part = batch if len(chunks) == 1 else select_requests(batch, chunk)
-        try:
-            output = variant(part)
-        except Exception as error:
-            raise VariantError(f"{type(error).__name__}: {error}") from error
-        try:
-            validate_output(output, part)
-        except ValueError as error:
-            problems.append(str(error))
-            output = _coerce(output, part)
-        outputs.append(output)
-    return pad_output(outputs, int(counts.max(initial=0)) + 1), problems
+    budget = max_elements or elements_per_call(batch.device)
+    problems: list[str] = []
+    chunks = _chunks(batch, np.arange(batch.num_requests), budget)
+    outputs = [
+        _call(variant, batch if len(chunks) == 1 else select_requests(batch, c), problems) for c in chunks
+    ]
+    return pad_output(outputs, batch.resolved_max_num_drafts() + 1), problems
 
 
 def _coerce(output: SpecOutput, batch: SpecBatch) -> SpecOutput:
@@ -342,30 +431,37 @@ def draw_trials(
     *,
     draft_token_ids: I64Array | None = None,
     purpose: str = "trials",
-    max_elements: int = DEFAULT_MAX_ELEMENTS,
+    max_elements: int | None = None,
 ) -> Trials:
     """Run ``variant`` on ``num_trials`` replicas of every request of ``batch`` with fresh seeds.
+
+    The replicas are gathered a call at a time, each call at most ``max_elements`` logits (default:
+    what the device's free memory holds, `elements_per_call`).
 
     Args:
         variant: the sampler under test.
         batch: the checked batch.
         num_trials: ``N``, the replicas of each request.
         seed: derives the replicas' seeds (with ``purpose``).
-        draft_token_ids: optional ``[B * N * ...]`` draft ids of the replicated batch, request-major
-            (the marginal check draws them from ``q``).
+        draft_token_ids: optional ``[B * N * ...]`` draft ids of the replicas, request-major (the
+            marginal check draws them from ``q``).
         purpose: separates the seed streams of different uses.
         max_elements: the most logits per variant call.
     """
     if num_trials < 1:
         raise ValueError(f"num_trials is {num_trials}; expected at least 1")
     index = np.repeat(np.arange(batch.num_requests), num_trials)
-    ids = None if draft_token_ids is None else torch.as_tensor(draft_token_ids, dtype=torch.int64)
-    replicated = select_requests(
-        batch, index, seed=trial_seeds(seed, purpose, index.size), draft_token_ids=ids
-    )
+    seeds = trial_seeds(seed, purpose, index.size)
+    ids = None if draft_token_ids is None else np.asarray(draft_token_ids, dtype=np.int64)
+    budget = max_elements or elements_per_call(batch.device)
     start = time.perf_counter()
-    output, problems = call_variant(variant, replicated, max_elements)
-    return Trials(batch, replicated, output, num_trials, time.perf_counter() - start, problems)
+    problems: list[str] = []
+    outputs = [
+        _call(variant, replicas(batch, num_trials, seeds, ids, rows), problems)
+        for rows in _chunks(batch, index, budget)
+    ]
+    output = pad_output(outputs, batch.resolved_max_num_drafts() + 1)
+    return Trials(batch, output, num_trials, seeds, ids, time.perf_counter() - start, problems)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,6 @@ import numpy as np
 
 from properties.batching import concatenate, permute_slots, roll_vocab, select_requests
 from properties.checks.base import (
-    DEFAULT_MAX_ELEMENTS,
     Check,
     Settings,
     Trials,
@@ -33,7 +32,7 @@ class Composition(Check):
     counts_trials = False
     shares_trials = False
 
-    def __init__(self, max_elements: int = DEFAULT_MAX_ELEMENTS) -> None:
+    def __init__(self, max_elements: int | None = None) -> None:
         self.max_elements = max_elements
 
     def verdict(

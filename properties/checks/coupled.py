@@ -160,11 +160,7 @@ class Coupled(Check):
         rows = (
             np.arange(batch.num_requests)[:, None] * trials.num_trials + np.arange(per_request)[None, :]
         ).reshape(-1)
-        compared = (
-            trials.replicated
-            if per_request == trials.num_trials
-            else select_requests(trials.replicated, rows)
-        )
+        compared = trials.replicas(rows)
         output = SpecOutput(
             token_ids=trials.output.token_ids[rows],
             num_emitted=trials.output.num_emitted[rows],

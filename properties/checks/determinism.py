@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 
 from properties.checks.base import (
-    DEFAULT_MAX_ELEMENTS,
     Check,
     Settings,
     Trials,
@@ -25,7 +24,7 @@ class Determinism(Check):
     counts_trials = False
     shares_trials = False
 
-    def __init__(self, max_elements: int = DEFAULT_MAX_ELEMENTS) -> None:
+    def __init__(self, max_elements: int | None = None) -> None:
         self.max_elements = max_elements
 
     def verdict(

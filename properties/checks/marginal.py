@@ -14,7 +14,6 @@ import numpy.typing as npt
 
 from properties import stats
 from properties.checks.base import (
-    DEFAULT_MAX_ELEMENTS,
     Component,
     Deviation,
     Settings,
@@ -93,7 +92,7 @@ class Marginal(StatisticalCheck):
     name = "marginal"
     shares_trials = False
 
-    def __init__(self, max_elements: int = DEFAULT_MAX_ELEMENTS) -> None:
+    def __init__(self, max_elements: int | None = None) -> None:
         self.max_elements = max_elements
 
     def applies(self, variant: Variant, batch: SpecBatch) -> bool:

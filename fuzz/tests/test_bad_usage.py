@@ -1,0 +1,84 @@
+"""Every misuse of ``python -m fuzz`` exits 2 with a message naming what is wrong, never a traceback;
+a machine that fails a call is an environment error, not a sampler failure."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fuzz.cli import EXIT_USAGE, main
+
+BROKEN_VARIANT = "raise RuntimeError('this module does not import')\n"
+MEMORY_VARIANT = """
+from reference.walk import WalkSampler
+
+
+class OutOfMemory(WalkSampler):
+    name = "oom"
+
+    def __call__(self, batch):
+        raise MemoryError("out of memory: tried to allocate 270.00 GiB")
+"""
+
+
+def _files(tmp_path: Path) -> dict[str, str]:
+    """The files the cases name, by placeholder: ``{broken}`` is a variant file that fails to import."""
+    contents = {
+        "broken.py": BROKEN_VARIANT,
+        "oom.py": MEMORY_VARIANT,
+        "malformed.json": "{not json",
+        "empty.json": "{}",
+    }
+    for name, text in contents.items():
+        (tmp_path / name).write_text(text)
+    return {name.split(".")[0]: str(tmp_path / name) for name in contents}
+
+
+# (argv with {file} placeholders, a word the message must contain)
+USAGE_CASES = [
+    (["run", "--variant", "torch", "--budget", "-1"], "--budget"),
+    (["run", "--variant", "torch", "--budget", "nan"], "--budget"),
+    (["run", "--variant", "torch", "--device", "tpu"], "--device"),
+    (["run", "--variant", "torch", "--device", "cuda:x"], "--device"),
+    (["run", "--variant", "torch", "--workers", "0"], "--workers"),
+    (["run", "--variant", "no_such_variant"], "no_such_variant"),
+    (["run", "--variant", "{broken}:Sampler"], "fails to import"),
+    (["run", "--variant", "reference.walk:NoSuchName"], "NoSuchName"),
+    (["run", "--variant", "torch", "--methods", "greedy"], "--methods"),
+    (["run", "--variant", "torch", "--profile", "weekly"], "--profile"),
+    (["replay", "{malformed}"], "not a reproducer"),
+    (["replay", "{empty}"], "not a reproducer"),
+    (["replay", "/no/such/reproducer.json"], "does not exist"),
+    (["mutants", "M99"], "M99"),
+    (["mutants", "--rounds", "-2"], "--rounds"),
+    (["certify", "--methods", "bogus"], "--methods"),
+    (["certify", "--check-budget", "0"], "--check-budget"),
+    (["certify", "--variant", "{broken}:Sampler"], "fails to import"),
+]
+
+
+@pytest.mark.parametrize(("argv", "word"), USAGE_CASES, ids=[" ".join(a) for a, _ in USAGE_CASES])
+def test_misuse_exits_2_naming_the_problem(
+    argv: list[str], word: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The command exits 2 and its message names the argument or value at fault."""
+    files = _files(tmp_path)
+    assert main([arg.format(**files) for arg in argv]) == EXIT_USAGE
+    captured = capsys.readouterr()
+    assert word in captured.err + captured.out
+    assert "Traceback" not in captured.err
+
+
+def test_an_environment_error_is_not_a_sampler_failure(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A call that runs out of memory exits 2, says it is the environment's, and writes no reproducer."""
+    files = _files(tmp_path)
+    corpus = tmp_path / "corpus"
+    code = main(
+        ["run", "--variant", f"{files['oom']}:OutOfMemory", "--corpus", str(corpus), "--budget", "5"]
+    )
+    assert code == EXIT_USAGE
+    assert "environment error" in capsys.readouterr().err
+    assert not corpus.exists() or not any(corpus.iterdir())
