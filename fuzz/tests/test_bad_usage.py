@@ -76,9 +76,7 @@ def test_an_environment_error_is_not_a_sampler_failure(
     """A call that runs out of memory exits 2, says it is the environment's, and writes no reproducer."""
     files = _files(tmp_path)
     corpus = tmp_path / "corpus"
-    code = main(
-        ["run", "--variant", f"{files['oom']}:OutOfMemory", "--corpus", str(corpus), "--budget", "5"]
-    )
+    code = main(["run", "--variant", f"{files['oom']}:OutOfMemory", "--corpus", str(corpus), "--budget", "5"])
     assert code == EXIT_USAGE
     assert "environment error" in capsys.readouterr().err
     assert not corpus.exists() or not any(corpus.iterdir())
