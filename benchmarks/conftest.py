@@ -18,15 +18,15 @@ from typing import Any
 import pytest
 import torch
 
-from benchmarks.grid import (
+from specsample.benchmarks.grid import (
     CALL_LATENCY_CASE,
     GATE_CASES,
     SMOKE_CASES,
     Case,
     full_grid,
 )
-from benchmarks.session import BenchSession
-from benchmarks.timing import gpu_description
+from specsample.benchmarks.session import BenchSession
+from specsample.benchmarks.timing import gpu_description
 
 GRID_ENV = "SPECSAMPLE_BENCH_GRID"
 GRIDS = ("gate", "full", "smoke")

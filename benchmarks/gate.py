@@ -27,7 +27,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from benchmarks import report
+from specsample.benchmarks import report
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BASELINES = REPO_ROOT / "benchmarks" / "baselines"

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import torch
 
-from reference.contract import SpecBatch
-from reference.methods import METHODS as METHOD_TABLE
+from specsample.reference.contract import SpecBatch
+from specsample.reference.methods import METHODS as METHOD_TABLE
 
 BATCH_SIZES = (1, 16, 64, 256)
 NUM_DRAFTS = (1, 4, 8)

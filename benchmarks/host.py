@@ -17,9 +17,9 @@ from typing import Any
 
 import torch
 
-from benchmarks.grid import CALL_LATENCY_CASE, Case, full_grid, make_inputs
-from benchmarks.timing import ColdCallTimer, capture_graph
-from kernels import rejection
+from specsample.benchmarks.grid import CALL_LATENCY_CASE, Case, full_grid, make_inputs
+from specsample.benchmarks.timing import ColdCallTimer, capture_graph
+from specsample.kernels import rejection
 
 
 def median_us(fn: Callable[[], Any], repeats: int = 2000, *, synchronise: bool = False) -> float:

@@ -11,7 +11,7 @@ import os
 
 import torch
 
-from reference.contract import SpecBatch, SpecOutput, Variant
+from specsample.reference.contract import SpecBatch, SpecOutput, Variant
 
 EXTRA_PASS_ENV = "SPECSAMPLE_BENCH_EXTRA_PASS"
 

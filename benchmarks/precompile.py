@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 
-from benchmarks.grid import GATE_CASES, SMOKE_CASES, Case, full_grid
+from specsample.benchmarks.grid import GATE_CASES, SMOKE_CASES, Case, full_grid
 
 COMPILE_BATCH = 16
 GRIDS = {"gate": GATE_CASES, "full": None, "smoke": SMOKE_CASES}
@@ -41,10 +41,10 @@ def compile_equivalent(case: Case) -> Case:
 def _warm(cases: Sequence[Case], variant_name: str) -> int:
     import torch
 
-    import kernels.registry
-    from benchmarks.grid import make_inputs
+    from specsample.benchmarks.grid import make_inputs
+    from specsample.kernels import registry
 
-    variant = kernels.registry.get(variant_name)
+    variant = registry.get(variant_name)
     for case in cases:
         variant(make_inputs(case, "cuda"))
     torch.cuda.synchronize()

@@ -16,16 +16,16 @@ from collections.abc import Sequence
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-import kernels.registry
-from benchmarks.grid import GATE_CASES, Case, full_grid, make_inputs, min_bytes
-from benchmarks.timing import ColdCallTimer, measure_ceilings
+from specsample.benchmarks.grid import GATE_CASES, Case, full_grid, make_inputs, min_bytes
+from specsample.benchmarks.timing import ColdCallTimer, measure_ceilings
+from specsample.kernels import registry
 
 
 def kernel_times(
     variant_name: str, case: Case, timer: ColdCallTimer, repeats: int
 ) -> list[tuple[str, float]]:
     """``(kernel name, mean GPU seconds per call)`` of one variant on one case, longest first."""
-    variant = kernels.registry.get(variant_name)
+    variant = registry.get(variant_name)
     batch = make_inputs(case, "cuda")
     for _ in range(3):
         variant(batch)

@@ -16,8 +16,8 @@ import sys
 
 import torch
 
-from benchmarks.grid import Case, make_inputs
-from kernels.rejection import rejection_sample
+from specsample.benchmarks.grid import Case, make_inputs
+from specsample.kernels.rejection import rejection_sample
 
 CASES = (
     Case("probabilistic", "fp32", "flat", 1.0, 4, 4, 32000),

@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 import torch
 
-import kernels.registry
-from benchmarks.grid import Case, make_inputs, specialise
-from benchmarks.planted import with_planted_slowdown
-from benchmarks.timing import Ceilings, ColdCallTimer, measure_ceilings
-from reference.contract import SpecBatch, Variant
+from specsample.benchmarks.grid import Case, make_inputs, specialise
+from specsample.benchmarks.planted import with_planted_slowdown
+from specsample.benchmarks.timing import Ceilings, ColdCallTimer, measure_ceilings
+from specsample.kernels import registry
+from specsample.reference.contract import SpecBatch, Variant
 
 
 @dataclasses.dataclass
@@ -54,9 +54,9 @@ class BenchSession:
     def variant(self, name: str) -> Variant:
         """The registered variant ``name`` (with the planted slowdown if asked for), or a skip."""
         if name not in self._variants:
-            if name not in kernels.registry.names():
-                pytest.skip(f"variant {name!r} is not registered (registered: {kernels.registry.names()})")
-            self._variants[name] = with_planted_slowdown(name, kernels.registry.get(name))
+            if name not in registry.names():
+                pytest.skip(f"variant {name!r} is not registered (registered: {registry.names()})")
+            self._variants[name] = with_planted_slowdown(name, registry.get(name))
         return self._variants[name]
 
     def inputs(self, case: Case) -> SpecBatch:

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmarks import report
-from benchmarks.gate import baseline_path
-from benchmarks.grid import GATE_CASES, SMOKE_CASES, Case, full_grid, make_inputs, min_bytes
-from benchmarks.planted import EXTRA_PASS_ENV, ExtraLogitPass, with_planted_slowdown
-from benchmarks.timing import rounds_for
-from reference.sampler import ReferenceSampler
+from specsample.benchmarks import report
+from specsample.benchmarks.gate import baseline_path
+from specsample.benchmarks.grid import GATE_CASES, SMOKE_CASES, Case, full_grid, make_inputs, min_bytes
+from specsample.benchmarks.planted import EXTRA_PASS_ENV, ExtraLogitPass, with_planted_slowdown
+from specsample.benchmarks.timing import rounds_for
+from specsample.reference.sampler import ReferenceSampler
 
 HEADLINE = Case("probabilistic", "fp32", "flat", 1.0, 64, 4, 128256)
 

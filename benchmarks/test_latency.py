@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 import torch
 
-from benchmarks.grid import Case, min_bytes
-from benchmarks.session import BenchSession
-from benchmarks.timing import EVENT_CLOCK, Ceilings, ColdCallTimer, capture_graph, rounds_for
-from reference.contract import SpecBatch, SpecOutput, Variant, validate_output
+from specsample.benchmarks.grid import Case, min_bytes
+from specsample.benchmarks.session import BenchSession
+from specsample.benchmarks.timing import EVENT_CLOCK, Ceilings, ColdCallTimer, capture_graph, rounds_for
+from specsample.reference.contract import SpecBatch, SpecOutput, Variant, validate_output
 
 CALL_LATENCY_ROUNDS = 200
 # Variants whose call never synchronises with the host, so a CUDA graph can capture it.

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from reference.contract import Capabilities, SpecBatch, SpecOutput
+from specsample.reference.contract import Capabilities, SpecBatch, SpecOutput
 
 
 def engine_rejection_sample(

@@ -25,8 +25,8 @@ import torch
 import triton
 import triton.language as tl
 
-from reference.contract import SpecBatch, SpecOutput
-from reference.schemes import MRV2
+from specsample.reference.contract import SpecBatch, SpecOutput
+from specsample.reference.schemes import MRV2
 
 RAND_MIN = tl.constexpr(4.6566127342e-10)
 NEG_INF = tl.constexpr(float("-inf"))

@@ -8,7 +8,6 @@ failure replays exactly.
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -25,14 +24,15 @@ from hypothesis.database import (
     ReadOnlyDatabase,
 )
 
-from fuzz.reproducer import Reproducer, versions
-from fuzz.targeted import targeted_batches
-from properties import profiles, strategies
-from properties.batching import select_requests
-from properties.checks import CHECKS, Verdict, discrepancy, run_checks
-from properties.checks.base import EnvironmentProblem
-from properties.profiles import Profile
-from reference.contract import METHODS, Capabilities, SpecBatch, Variant, capabilities
+from specsample.fuzz.progress import Progress
+from specsample.fuzz.reproducer import Reproducer, versions
+from specsample.fuzz.targeted import targeted_batches
+from specsample.properties import profiles, strategies
+from specsample.properties.batching import select_requests
+from specsample.properties.checks import CHECKS, Verdict, discrepancy, run_checks
+from specsample.properties.checks.base import EnvironmentProblem
+from specsample.properties.profiles import Profile
+from specsample.reference.contract import METHODS, Capabilities, SpecBatch, Variant, capabilities
 
 
 @dataclass
@@ -88,30 +88,16 @@ class _Found(Exception):
         self.case_seed = case_seed
 
 
-def say(text: str) -> None:
-    """One progress line on standard error."""
-    sys.stderr.write(text + "\n")
-    sys.stderr.flush()
-
-
-class _Progress:
-    """Live progress on standard error: cases run, checks passed, best discrepancy, time left."""
-
-    def __init__(self, result: CampaignResult, deadline: float, enabled: bool, every: float = 2.0):
-        self.result, self.deadline, self.enabled, self.every = result, deadline, enabled, every
-        self.last = 0.0
-
-    def show(self, force: bool = False) -> None:
-        now = time.monotonic()
-        if not self.enabled or (not force and now - self.last < self.every):
-            return
-        self.last = now
-        r = self.result
-        say(
-            f"[fuzz {r.variant}] cases={r.cases} checks passed={r.checks_passed} "
-            f"inconclusive={r.checks_inconclusive} samples={r.samples} "
-            f"best discrepancy={r.best_discrepancy:.2f} time left={max(0.0, self.deadline - now):.0f}s"
-        )
+def _show(bar: Progress, result: CampaignResult, start: float) -> None:
+    """The campaign's bar: seconds of the budget spent; cases, checks, samples, best discrepancy."""
+    bar.advance_to(
+        time.monotonic() - start,
+        cases=result.cases,
+        passed=result.checks_passed,
+        inconclusive=result.checks_inconclusive,
+        samples=result.samples,
+        best=f"{result.best_discrepancy:.2f}",
+    )
 
 
 @dataclass(frozen=True)
@@ -143,6 +129,7 @@ def affordable_samples(
     device: str = "cpu",
     floor: int = 32,
     probe_trials: int = 64,
+    progress: bool = False,
 ) -> Throughput:
     """The trial count, at most ``wanted``, whose calls on ``batches`` fit in about ``seconds``.
 
@@ -153,26 +140,29 @@ def affordable_samples(
     measure (the checks report the error).
     """
     trials = max(1, min(wanted, probe_trials))
-
-    def call_all(count: int) -> None:
+    name = getattr(variant, "name", type(variant).__name__)
+    with Progress(
+        f"{name}: warm-up, then {trials} trials timed", 2 * len(batches), "calls", enabled=progress
+    ) as bar:
+        usable = []
+        for batch in batches:
+            bar.update()
+            try:
+                variant(on_device(batch, device))
+            except Exception:  # the checks call it again and report the error as the variant's
+                continue
+            usable.append(batch)
+        bar.update(len(batches) - len(usable))
+        start = time.monotonic()
         for batch in usable:
-            index = np.repeat(np.arange(batch.num_requests), count)
+            index = np.repeat(np.arange(batch.num_requests), trials)
             variant(select_requests(on_device(batch, device), index, seed=np.arange(index.size)))
+            bar.update()
         if device.startswith("cuda"):
             import torch
 
             torch.cuda.synchronize()
-
-    usable = []
-    for batch in batches:
-        try:
-            variant(on_device(batch, device))
-        except Exception:  # the checks call it again and report the error as the variant's
-            continue
-        usable.append(batch)
-    start = time.monotonic()
-    call_all(trials)
-    per_trial = (time.monotonic() - start) / trials
+        per_trial = (time.monotonic() - start) / trials
     affordable = int(seconds / max(CALLS_PER_CHECK_RUN * per_trial, 1e-9))
     return Throughput(per_trial, max(min(floor, wanted), min(wanted, affordable)))
 
@@ -221,7 +211,7 @@ def run_campaign(
     start = time.monotonic()
     deadline = start + (budget.fuzz_seconds if seconds is None else seconds)
     result = CampaignResult(variant=spec)
-    reporter = _Progress(result, deadline, progress)
+    bar = Progress(f"fuzz {spec}", deadline - start, "s", enabled=progress)
 
     def probe(name: str, batch: SpecBatch, case_seed: int) -> Verdict | None:
         verdicts = run_checks(
@@ -242,7 +232,7 @@ def run_campaign(
         result.verdicts.extend(verdicts)
         if name == "search":
             target(steer, label="discrepancy")
-        reporter.show()
+        _show(bar, result, start)
         return next((v for v in verdicts if v.failed), None)
 
     def finish(verdict: Verdict, batch: SpecBatch, case_seed: int, case: str) -> CampaignResult:
@@ -260,7 +250,8 @@ def run_campaign(
             )
             result.reproducer = reproducer.save(corpus)
         result.seconds = time.monotonic() - start
-        reporter.show(force=True)
+        _show(bar, result, start)
+        bar.close()
         return result
 
     if targeted:
@@ -280,7 +271,8 @@ def run_campaign(
             return finish(found.verdict, found.batch, found.case_seed, f"search round {round_index}")
         round_index += 1
     result.seconds = time.monotonic() - start
-    reporter.show(force=True)
+    _show(bar, result, start)
+    bar.close()
     return result
 
 

@@ -17,14 +17,21 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from fuzz.campaign import CampaignResult, Throughput, affordable_samples, on_device, run_campaign, say
-from fuzz.reproducer import versions
-from fuzz.selftest import SelfTestRecord, run_mutants, table
-from fuzz.spec import load_variant
-from fuzz.targeted import targeted_cases
-from properties import profiles
-from properties.checks import CHECKS, Verdict, run_checks
-from reference.contract import METHODS, capabilities
+from specsample.fuzz.campaign import (
+    CampaignResult,
+    Throughput,
+    affordable_samples,
+    on_device,
+    run_campaign,
+)
+from specsample.fuzz.progress import Progress
+from specsample.fuzz.reproducer import versions
+from specsample.fuzz.selftest import SelfTestRecord, run_mutants, table
+from specsample.fuzz.spec import load_variant
+from specsample.fuzz.targeted import targeted_cases
+from specsample.properties import profiles
+from specsample.properties.checks import CHECKS, Verdict, run_checks
+from specsample.reference.contract import METHODS, capabilities
 
 DEFAULT_VARIANTS = ("reference", "triton", "torch")
 
@@ -98,12 +105,12 @@ class VariantReport:
 
     def needs(self) -> str:
         """What an inconclusive variant would need to be certified."""
-        seconds = self.throughput.seconds_for(self.required_samples) * max(1, len(self.checks))
+        seconds = self.throughput.seconds_for(self.required_samples)
         return (
             f"{self.required_samples} trials per request and case (it ran {self.num_samples}): about "
-            f"{seconds:.0f} s of sampler time per case at the measured "
-            f"{self.throughput.seconds_per_trial * 1e3:.2f} ms per trial; give `--check-budget` that "
-            "time, or run on a GPU"
+            f"{seconds:.0f} s of sampler time over the targeted cases at the measured "
+            f"{self.throughput.seconds_per_trial * 1e3:.3g} ms per trial of every case; give "
+            f"`--check-budget {seconds * 1.1:.0f}`, or run on a GPU"
         )
 
 
@@ -134,21 +141,27 @@ def certify_variant(
     ]
     not_checked += [f"targeted case '{name}': {reason}" for name, _, reason in cases if reason is not None]
     throughput = affordable_samples(
-        variant, [on_device(b, device) for _, b in batches], budget.num_samples, check_seconds, device
+        variant,
+        [on_device(b, device) for _, b in batches],
+        budget.num_samples,
+        check_seconds,
+        device,
+        progress=progress,
     )
     num_samples = throughput.trials
     verdicts: list[Verdict] = []
-    for index, (name, batch) in enumerate(batches):
-        if progress:
-            say(f"[certify {spec}] checks on targeted case '{name}' ({num_samples} trials per request)")
-        verdicts += run_checks(
-            variant,
-            on_device(batch, device),
-            num_samples=num_samples,
-            alpha=budget.alpha,
-            seed=index,
-            required_samples=budget.num_samples,
-        )
+    desc = f"certify {spec}: targeted cases, {num_samples} trials per request"
+    with Progress(desc, len(batches), "cases", enabled=progress) as bar:
+        for index, (name, batch) in enumerate(batches):
+            verdicts += run_checks(
+                variant,
+                on_device(batch, device),
+                num_samples=num_samples,
+                alpha=budget.alpha,
+                seed=index,
+                required_samples=budget.num_samples,
+            )
+            bar.update(case=name, failed=sum(v.failed for v in verdicts))
     campaign = run_campaign(
         variant,
         spec,
@@ -194,7 +207,8 @@ def markdown(
             f"## `{report.spec}`: {STATUS_WORDS[report.status]}",
             "",
             f"{report.num_samples} trials per request and case (the profile asks {report.required_samples}; "
-            f"{report.throughput.seconds_per_trial * 1e3:.3g} ms per trial, measured after the first call).",
+            f"{report.throughput.seconds_per_trial * 1e3:.3g} ms per trial of every case, measured after "
+            "the first call).",
             "",
             "| check | verdict | cases | trials | min p-value | detectable | unit | samples | seconds |",
             "|---|---|---|---|---|---|---|---|---|",

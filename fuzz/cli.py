@@ -55,7 +55,7 @@ def _number(kind: type, low: float, option: str) -> object:
 
 
 def _methods(value: str) -> tuple[str, ...]:
-    from reference.contract import METHODS
+    from specsample.reference.contract import METHODS
 
     methods = tuple(m.strip() for m in value.split(",") if m.strip())
     unknown = [m for m in methods if m not in METHODS]
@@ -67,21 +67,21 @@ def _methods(value: str) -> tuple[str, ...]:
 
 
 def _profiles() -> list[str]:
-    from properties.profiles import PROFILES
+    from specsample.properties.profiles import PROFILES
 
     return list(PROFILES)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Fuzz one variant."""
-    from fuzz.campaign import example_database, run_campaign
-    from fuzz.spec import load_variant
+    from specsample.fuzz.campaign import example_database, run_campaign
+    from specsample.fuzz.spec import load_variant
 
     if args.workers > 1:
         return _run_workers(args)
     variant = load_variant(args.variant)
     if args.blind:
-        from fuzz.selftest import Blind
+        from specsample.fuzz.selftest import Blind
 
         variant = Blind(variant)
     device = _check_device(args.device or _default_device())
@@ -157,10 +157,10 @@ def _run_workers(args: argparse.Namespace) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     """Replay one reproducer or every reproducer of a directory."""
-    from fuzz.campaign import on_device
-    from fuzz.reproducer import load_reproducer
-    from fuzz.spec import load_variant
-    from properties.checks import CHECKS, run_checks
+    from specsample.fuzz.campaign import on_device
+    from specsample.fuzz.reproducer import load_reproducer
+    from specsample.fuzz.spec import load_variant
+    from specsample.properties.checks import CHECKS, run_checks
 
     if not args.path.exists():
         raise UsageError(f"path {args.path} does not exist")
@@ -195,12 +195,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def cmd_list(args: argparse.Namespace) -> int:
     """List registered variants and mutants."""
-    from fuzz.mutants import MUTANTS
-    from kernels import registry
+    from specsample.fuzz.mutants import MUTANTS
+    from specsample.kernels import registry
 
     print("variants:")
     print("  reference        the float64 reference sampler (scheme canonical-v1)")
-    print("  walk             reference.walk:WalkSampler, the vectorised walk and host of the mutants")
+    print("  walk             specsample.reference.walk:WalkSampler: the vectorised walk, the mutants' host")
     for name in registry.names():
         streams = registry.get(name).streams
         print(f"  {name:<16} {'its own RNG' if streams is None else f'scheme {streams.name}'}")
@@ -215,8 +215,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_mutants(args: argparse.Namespace) -> int:
     """Run the planted-bug self-test."""
-    from fuzz.mutants import MUTANTS
-    from fuzz.selftest import run_mutants, table
+    from specsample.fuzz.mutants import MUTANTS
+    from specsample.fuzz.selftest import run_mutants, table
 
     ids = [i.upper() for i in args.ids] if args.ids else None
     unknown = [i for i in ids or [] if i not in MUTANTS]
@@ -244,7 +244,7 @@ def cmd_mutants(args: argparse.Namespace) -> int:
 
 def cmd_certify(args: argparse.Namespace) -> int:
     """Certify variants and print the report."""
-    from fuzz.certify import DEFAULT_VARIANTS, certify
+    from specsample.fuzz.certify import DEFAULT_VARIANTS, certify
 
     device = _check_device(args.device or _default_device())
     specs = args.variant or list(DEFAULT_VARIANTS)
@@ -391,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exit_:
         return EXIT_PASSED if exit_.code == 0 else EXIT_USAGE
-    from properties.checks.base import EnvironmentProblem
+    from specsample.properties.checks.base import EnvironmentProblem
 
     try:
         return int(args.handler(args))
@@ -402,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"environment error (not the sampler's): {error}", file=sys.stderr)
         return EXIT_USAGE
     except ValueError as error:
-        from fuzz.spec import SpecError
+        from specsample.fuzz.spec import SpecError
 
         if isinstance(error, SpecError):
             print(f"error: {error}", file=sys.stderr)

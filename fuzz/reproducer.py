@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from reference.contract import SpecBatch
+from specsample.reference.contract import SpecBatch
 
 FORMAT = "specsample-reproducer/1"
 _DTYPES = {

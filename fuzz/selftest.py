@@ -11,9 +11,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from fuzz.campaign import run_campaign, say
-from fuzz.mutants import MUTANTS
-from reference.contract import SpecBatch, SpecOutput, Variant, capabilities
+from specsample.fuzz.campaign import run_campaign
+from specsample.fuzz.mutants import MUTANTS
+from specsample.fuzz.progress import Progress
+from specsample.reference.contract import SpecBatch, SpecOutput, Variant, capabilities
 
 
 class Blind:
@@ -105,24 +106,21 @@ def run_mutants(
 ) -> list[SelfTestRecord]:
     """Run the blind campaign on each mutant (default: every CPU mutant)."""
     chosen = [MUTANTS[i] for i in (ids or [m for m in MUTANTS if not MUTANTS[m].gpu_only])]
-    records = []
-    for mutant in chosen:
-        record = run_variant(
-            mutant.id,
-            Blind(mutant.load()),
-            mutant.expected,
-            profile=profile,
-            rounds=rounds,
-            device=device,
-            progress=False,
-        )
-        if progress:
-            verdict = f"killed by {record.check}" if record.killed else "SURVIVED"
-            say(
-                f"[mutants] {mutant.id} {verdict} after {record.samples} samples, "
-                f"{record.seconds:.1f}s ({mutant.bug})"
+    records: list[SelfTestRecord] = []
+    with Progress(f"mutants, profile {profile}", len(chosen), "mutants", enabled=progress) as bar:
+        for mutant in chosen:
+            record = run_variant(
+                mutant.id,
+                Blind(mutant.load()),
+                mutant.expected,
+                profile=profile,
+                rounds=rounds,
+                device=device,
+                progress=False,
             )
-        records.append(record)
+            records.append(record)
+            verdict = f"killed by {record.check}" if record.killed else "SURVIVED"
+            bar.update(last=f"{mutant.id} {verdict}", survived=sum(not r.killed for r in records))
     return records
 
 

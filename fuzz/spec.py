@@ -14,7 +14,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from reference.contract import Variant
+from specsample.reference.contract import Variant
 
 
 class SpecError(ValueError):
@@ -75,20 +75,20 @@ def as_variant(obj: object, spec: str) -> Variant:
 
 def load_variant(spec: str) -> Variant:
     """Resolve ``spec`` (see the module docstring) to a `Variant`."""
-    from fuzz.mutants import MUTANTS
+    from specsample.fuzz.mutants import MUTANTS
 
     if spec == "reference":
-        from reference.sampler import ReferenceSampler
+        from specsample.reference.sampler import ReferenceSampler
 
         return ReferenceSampler()
     if spec == "walk":
-        from reference.walk import WalkSampler
+        from specsample.reference.walk import WalkSampler
 
         return WalkSampler()
     if spec.upper() in MUTANTS:
         return MUTANTS[spec.upper()].load()
     if ":" not in spec:
-        from kernels import registry
+        from specsample.kernels import registry
 
         if spec in registry.names():
             return registry.get(spec)

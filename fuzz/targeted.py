@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from reference.contract import Capabilities, Method, RequestData, SpecBatch, make_batch
-from reference.methods import METHODS
+from specsample.reference.contract import Capabilities, Method, RequestData, SpecBatch, make_batch
+from specsample.reference.methods import METHODS
 
 VOCAB = 20  # past one 16-lane tile: the tail tile holds tokens 16..19
 

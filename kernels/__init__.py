@@ -2,7 +2,8 @@
 
 Importing this package chooses the Triton backend before any kernel module is decorated: without a
 CUDA GPU, kernels run on the CPU under the Triton interpreter (``TRITON_INTERPRET=1``), unless the
-variable is already set.
+variable is already set. Under the interpreter it then installs `interpret.install` (Triton's
+interpreter re-patches ``triton.language`` on every helper call; this does it once per launch).
 """
 
 import os
@@ -13,3 +14,7 @@ if "TRITON_INTERPRET" not in os.environ:
 
     if not torch.cuda.is_available():
         os.environ["TRITON_INTERPRET"] = "1"
+
+from specsample.kernels.interpret import install as _install_fast_interpreter
+
+_install_fast_interpreter()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from reference.contract import Variant
+from specsample.reference.contract import Variant
 
 _FACTORIES: dict[str, Callable[[], Variant]] = {}
 
@@ -34,13 +34,13 @@ def get(name: str) -> Variant:
 
 
 def _triton_sampler() -> Variant:
-    from kernels.rejection import TritonRejectionSampler
+    from specsample.kernels.rejection import TritonRejectionSampler
 
     return TritonRejectionSampler()
 
 
 def _torch_sampler() -> Variant:
-    from kernels.torch_sampler import TorchRejectionSampler
+    from specsample.kernels.torch_sampler import TorchRejectionSampler
 
     return TorchRejectionSampler()
 

@@ -46,11 +46,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from kernels import launch
-from kernels import rejection_kernels as jit
-from reference.contract import SpecBatch, SpecOutput
-from reference.methods import METHODS
-from reference.schemes import CANONICAL
+from specsample.kernels import launch
+from specsample.kernels import rejection_kernels as jit
+from specsample.reference.contract import SpecBatch, SpecOutput
+from specsample.reference.methods import METHODS
+from specsample.reference.schemes import CANONICAL
 
 CHECK_VALUES_ENV = "SPECSAMPLE_CHECK_VALUES"
 # A split is at most 32 per row, of 4096 tokens or a multiple. Each kernel walks it in its own

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import torch
 
-from reference.contract import FP32_TINY, Capabilities, SpecBatch, SpecOutput
-from reference.law import MAX_TEMPERATURE
+from specsample.reference.contract import FP32_TINY, Capabilities, SpecBatch, SpecOutput
+from specsample.reference.law import MAX_TEMPERATURE
 
 _MASK64 = (1 << 64) - 1
 

@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from reference.contract import SpecBatch, SpecOutput
+from specsample.reference.contract import SpecBatch, SpecOutput
 
 I64Array = npt.NDArray[np.int64]
 

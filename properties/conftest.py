@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from properties.suite import cuda_available
+from specsample.properties.suite import cuda_available
 
 _HERE = Path(__file__).parent
 

@@ -20,12 +20,20 @@ import numpy.typing as npt
 import torch
 from hypothesis import strategies as st
 
-from properties import profiles
-from properties.profiles import CPU_BLOCK_SIZES
-from reference.contract import MAX_STEP, METHODS, Capabilities, Method, RequestData, SpecBatch, make_batch
-from reference.law import row_probs
-from reference.methods import METHODS as METHOD_TABLE
-from reference.synthetic import conditional_rates, synthetic_params
+from specsample.properties import profiles
+from specsample.properties.profiles import CPU_BLOCK_SIZES
+from specsample.reference.contract import (
+    MAX_STEP,
+    METHODS,
+    Capabilities,
+    Method,
+    RequestData,
+    SpecBatch,
+    make_batch,
+)
+from specsample.reference.law import row_probs
+from specsample.reference.methods import METHODS as METHOD_TABLE
+from specsample.reference.synthetic import conditional_rates, synthetic_params
 
 F64Array = npt.NDArray[np.float64]
 

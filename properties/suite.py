@@ -11,11 +11,11 @@ from collections.abc import Sequence
 
 import torch
 
-from kernels import registry
-from properties import profiles
-from properties.checks import Verdict
-from reference.contract import Variant
-from reference.sampler import ReferenceSampler
+from specsample.kernels import registry
+from specsample.properties import profiles
+from specsample.properties.checks import Verdict
+from specsample.reference.contract import Variant
+from specsample.reference.sampler import ReferenceSampler
 
 PROFILE = profiles.get()
 

@@ -10,12 +10,12 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from kernels import registry
-from properties.checks import check, run_checks
-from properties.checks.coupled import agreement
-from properties.checks.invariants import violations
-from reference.contract import Capabilities, RequestData, SpecBatch, make_batch
-from reference.walk import WalkSampler
+from specsample.kernels import registry
+from specsample.properties.checks import check, run_checks
+from specsample.properties.checks.coupled import agreement
+from specsample.properties.checks.invariants import violations
+from specsample.reference.contract import Capabilities, RequestData, SpecBatch, make_batch
+from specsample.reference.walk import WalkSampler
 
 RNG = np.random.default_rng(13)
 V = 12

@@ -9,12 +9,12 @@ import pytest
 import torch
 from scipy import stats as scipy_stats
 
-from properties import stats
-from properties.checks import CHECKS, law_of_m, law_of_y, marginal
-from properties.checks.base import Component, draw_trials
-from reference.contract import RequestData, SpecBatch, SpecOutput, make_batch
-from reference.law import F64Array, RequestInputs, request_inputs, request_law
-from reference.walk import WalkSampler
+from specsample.properties import stats
+from specsample.properties.checks import CHECKS, law_of_m, law_of_y, marginal
+from specsample.properties.checks.base import Component, draw_trials
+from specsample.reference.contract import RequestData, SpecBatch, SpecOutput, make_batch
+from specsample.reference.law import F64Array, RequestInputs, request_inputs, request_law
+from specsample.reference.walk import WalkSampler
 
 # Every assertion here has false-failure rate 1e-6, split evenly across the assertions of its test.
 ALPHA = 1e-6

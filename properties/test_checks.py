@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from properties.checks import (
+from specsample.properties.checks import (
     CHECKS,
     FAILED_EXACT_DISCREPANCY,
     Deviation,
@@ -19,11 +19,11 @@ from properties.checks import (
     discrepancy,
     run_checks,
 )
-from properties.checks.coupled import Coupled
-from reference.contract import RequestData, SpecBatch, SpecOutput, make_batch
-from reference.methods import Method
-from reference.schemes import CANONICAL, Noise, RandomScheme
-from reference.walk import BatchRows, F64Array, I64Array, WalkSampler
+from specsample.properties.checks.coupled import Coupled
+from specsample.reference.contract import RequestData, SpecBatch, SpecOutput, make_batch
+from specsample.reference.methods import Method
+from specsample.reference.schemes import CANONICAL, Noise, RandomScheme
+from specsample.reference.walk import BatchRows, F64Array, I64Array, WalkSampler
 
 # Each statistical verdict below has alpha 1e-6 (Holm-split across its tests); at N = 2000 trials the
 # law-of-m check detects a shift of about 0.07 in any P(m = j) and the law-of-y check a total
@@ -309,7 +309,7 @@ def test_a_check_that_could_detect_nothing_is_not_a_pass() -> None:
 
 def test_a_small_memory_budget_gives_the_same_verdicts(monkeypatch: pytest.MonkeyPatch) -> None:
     """Calls cut to a few requests each (as a nearly full device would force) give identical verdicts."""
-    import properties.checks.base as base
+    import specsample.properties.checks.base as base
 
     batch = _batch(slots=True)
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from reference.contract import (
+from specsample.reference.contract import (
     RequestData,
     SpecBatch,
     SpecOutput,
@@ -18,7 +18,7 @@ from reference.contract import (
     odd_values,
     split_output,
 )
-from reference.sampler import ReferenceSampler
+from specsample.reference.sampler import ReferenceSampler
 
 
 def _batch(**changes: Any) -> SpecBatch:

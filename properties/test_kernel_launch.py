@@ -9,9 +9,9 @@ import pytest
 import torch
 import triton
 
-from kernels import launch, rejection
-from kernels import rejection_kernels as jit
-from reference.contract import RequestData, SpecBatch, SpecOutput, make_batch
+from specsample.kernels import interpret, launch, rejection
+from specsample.kernels import rejection_kernels as jit
+from specsample.reference.contract import RequestData, SpecBatch, SpecOutput, make_batch
 
 DEVICE = "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu"
 MAX_PARAMETERS = 24
@@ -133,3 +133,21 @@ def test_workspace_records_are_aligned_and_apart(method: str) -> None:
     assert all(start % 4 == 0 for start in starts)
     assert plan.zeroed == slice(counter, row_float)
     assert [record.offset for record in plan.records[:2]] == [row_float, row_int]
+
+
+@pytest.mark.skipif(DEVICE != "cpu", reason="the interpreter patch applies under TRITON_INTERPRET=1 only")
+@pytest.mark.parametrize("method", ["strict", "probabilistic", "synthetic"])
+def test_interpreter_patched_once_per_launch_gives_identical_outputs(method: str) -> None:
+    """With the once-per-launch patch (installed here), outputs equal the interpreter as Triton ships it."""
+    assert interpret.installed(), "kernels.interpret.install() did not run under the interpreter"
+    rng = np.random.default_rng(11)
+    requests = [
+        RequestData(rng.normal(size=(n + 1, 40)), rng.integers(0, 40, n), rng.normal(size=(n, 40)), t, seed)
+        for seed, (n, t) in enumerate([(3, 1.0), (2, 0.0), (0, 0.7)])
+    ]
+    batch = make_batch(requests, method=method, synthetic_rates=[0.6, 0.5, 0.4])
+    sampler = rejection.TritonRejectionSampler()
+    patched = sampler(batch)
+    with interpret.triton_own_interpreter():
+        shipped = rejection.TritonRejectionSampler()(batch)
+    _assert_same(patched, shipped)

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from kernels.rejection import rejection_sample
-from properties.checks.coupled import agreement
-from properties.checks.invariants import violations
-from reference.contract import RequestData, SpecBatch, SpecOutput, make_batch, split_output
+from specsample.kernels.rejection import rejection_sample
+from specsample.properties.checks.coupled import agreement
+from specsample.properties.checks.invariants import violations
+from specsample.reference.contract import RequestData, SpecBatch, SpecOutput, make_batch, split_output
 
 DEVICE = "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu"
 INF, NAN = np.inf, np.nan

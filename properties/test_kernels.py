@@ -11,12 +11,19 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernels import registry, rejection
-from kernels.rejection import rejection_sample, vocab_layout
-from properties.checks.coupled import agreement
-from properties.checks.invariants import violations
-from reference.contract import METHODS, RequestData, SpecBatch, SpecOutput, make_batch, split_output
-from reference.sampler import reference_sample
+from specsample.kernels import registry, rejection
+from specsample.kernels.rejection import rejection_sample, vocab_layout
+from specsample.properties.checks.coupled import agreement
+from specsample.properties.checks.invariants import violations
+from specsample.reference.contract import (
+    METHODS,
+    RequestData,
+    SpecBatch,
+    SpecOutput,
+    make_batch,
+    split_output,
+)
+from specsample.reference.sampler import reference_sample
 
 DEVICE = "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu"
 NO_GPU = "needs a CUDA GPU; the CPU suite runs the kernels under the Triton interpreter"

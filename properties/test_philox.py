@@ -8,8 +8,8 @@ import torch
 import triton
 import triton.language as tl
 
-from reference import philox
-from reference.schemes import ACCEPT_PURPOSE, MRV2, RAND_MIN, SAMPLE_PURPOSE, stream_offsets
+from specsample.reference import philox
+from specsample.reference.schemes import ACCEPT_PURPOSE, MRV2, RAND_MIN, SAMPLE_PURPOSE, stream_offsets
 
 # Known-answer vectors of Random123 (kat_vectors, philox4x32 with 10 rounds): counter, key, output.
 KNOWN_ANSWERS = [

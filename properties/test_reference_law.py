@@ -10,8 +10,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reference.contract import RequestData, make_batch
-from reference.law import RequestInputs, exact_law, request_law, row_probs
+from specsample.reference.contract import RequestData, make_batch
+from specsample.reference.law import RequestInputs, exact_law, request_law, row_probs
 
 METHODS = ("probabilistic", "strict", "synthetic")
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from properties.stats import goodness_of_fit
-from reference.contract import RequestData, make_batch, split_output
-from reference.law import exact_law
-from reference.sampler import RequestNoise, reference_sample, scheme_noise
+from specsample.properties.stats import goodness_of_fit
+from specsample.reference.contract import RequestData, make_batch, split_output
+from specsample.reference.law import exact_law
+from specsample.reference.sampler import RequestNoise, reference_sample, scheme_noise
 
 NUM_SAMPLES = 4000
 # alpha per assertion; at N = 4000 over <= 24 pooled cells the G-test detects TV >= 0.082 with power 0.999.

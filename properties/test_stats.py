@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy import stats
 
-from properties.stats import (
+from specsample.properties.stats import (
     DEFAULT_ALPHA,
     DEFAULT_BETA,
     MIN_EXPECTED,

@@ -8,10 +8,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from properties import profiles, strategies
-from properties.strategies import FAMILIES, choose_drafts, family_logits, vocab_sizes
-from reference.contract import SpecBatch
-from reference.law import row_probs
+from specsample.properties import profiles, strategies
+from specsample.properties.strategies import FAMILIES, choose_drafts, family_logits, vocab_sizes
+from specsample.reference.contract import SpecBatch
+from specsample.reference.law import row_probs
 
 
 @given(batch=strategies.spec_batches(profile="ci"))

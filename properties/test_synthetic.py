@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reference.synthetic import (
+from specsample.reference.synthetic import (
     MIN_DECAY,
     conditional_from_unconditional,
     conditional_rates,

@@ -8,19 +8,19 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from properties import strategies
-from properties.checks import CHECKS, compare_variants, run_checks
-from properties.checks.base import draw_trials
-from properties.suite import (
+from specsample.properties import strategies
+from specsample.properties.checks import CHECKS, compare_variants, run_checks
+from specsample.properties.checks.base import draw_trials
+from specsample.properties.suite import (
     PROFILE,
     assert_verdicts,
     load_variant,
     slow_under_interpreter,
     variant_names,
 )
-from reference.contract import METHODS, RequestData, SpecBatch, make_batch
-from reference.synthetic import conditional_rates, synthetic_params
-from reference.walk import WalkSampler
+from specsample.reference.contract import METHODS, RequestData, SpecBatch, make_batch
+from specsample.reference.synthetic import conditional_rates, synthetic_params
+from specsample.reference.walk import WalkSampler
 
 # Every statistical verdict has alpha 1e-6 (Holm-split across its tests, requests and positions) and
 # states its detectable deviation; at 2,000 trials per request the law of m detects a shift of about

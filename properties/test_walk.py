@@ -8,11 +8,11 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from properties import strategies
-from reference.contract import METHODS, RequestData, SpecBatch, make_batch
-from reference.sampler import reference_sample
-from reference.schemes import CANONICAL, SCHEMES, RandomScheme
-from reference.walk import WalkSampler, walk
+from specsample.properties import strategies
+from specsample.reference.contract import METHODS, RequestData, SpecBatch, make_batch
+from specsample.reference.sampler import reference_sample
+from specsample.reference.schemes import CANONICAL, SCHEMES, RandomScheme
+from specsample.reference.walk import WalkSampler, walk
 
 
 @given(

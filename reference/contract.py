@@ -22,9 +22,9 @@ from typing import Literal, Protocol, runtime_checkable
 import numpy as np
 import torch
 
-from reference.methods import METHODS as METHOD_TABLE
-from reference.methods import MethodName as Method
-from reference.schemes import RandomScheme
+from .methods import METHODS as METHOD_TABLE
+from .methods import MethodName as Method
+from .schemes import RandomScheme
 
 METHODS: tuple[str, ...] = tuple(METHOD_TABLE)
 

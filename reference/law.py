@@ -29,8 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from reference import methods
-from reference.contract import FP32_TINY, Arithmetic, SpecBatch
+from . import methods
+from .contract import FP32_TINY, Arithmetic, SpecBatch
 
 F64Array = npt.NDArray[np.float64]
 I64Array = npt.NDArray[np.int64]

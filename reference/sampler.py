@@ -15,10 +15,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from reference.contract import SpecBatch, SpecOutput
-from reference.law import F64Array, RequestInputs, greedy_token, request_inputs, row_probs
-from reference.methods import METHODS
-from reference.schemes import CANONICAL, RandomScheme
+from .contract import SpecBatch, SpecOutput
+from .law import F64Array, RequestInputs, greedy_token, request_inputs, row_probs
+from .methods import METHODS
+from .schemes import CANONICAL, RandomScheme
 
 
 @dataclass(frozen=True)

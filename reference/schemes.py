@@ -34,7 +34,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from reference import philox
+from . import philox
 
 F64Array = npt.NDArray[np.float64]
 F32Array = npt.NDArray[np.float32]

@@ -31,10 +31,10 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from reference.contract import SpecBatch, SpecOutput
-from reference.law import MAX_TEMPERATURE, greedy_token, row_probs
-from reference.methods import METHODS, Method
-from reference.schemes import CANONICAL, EPS32, TOL_ULPS, Noise, RandomScheme
+from .contract import SpecBatch, SpecOutput
+from .law import MAX_TEMPERATURE, greedy_token, row_probs
+from .methods import METHODS, Method
+from .schemes import CANONICAL, EPS32, TOL_ULPS, Noise, RandomScheme
 
 LOG_ZERO = -1075 * math.log(2.0)
 LOG_SUBNORMAL = -700.0

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 
-from reference.contract import Variant
+from specsample.reference.contract import Variant
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class Mutant:
 
 
 def _m(id_: str, module: str, cls: str, bug: str, *expected: str, gpu_only: bool = False) -> Mutant:
-    return Mutant(id_, f"fuzz.mutants.{module}", cls, bug, expected, gpu_only)
+    return Mutant(id_, f"specsample.fuzz.mutants.{module}", cls, bug, expected, gpu_only)
 
 
 MUTANTS: dict[str, Mutant] = {

@@ -3,8 +3,8 @@
 Seen in vLLM #23803 and SGLang #35798.
 """
 
-from reference.methods import Method
-from reference.walk import BoolArray, F64Array, WalkSampler
+from specsample.reference.methods import Method
+from specsample.reference.walk import BoolArray, F64Array, WalkSampler
 
 
 class NonStrictAccept(WalkSampler):

@@ -5,7 +5,7 @@ Seen in vllm-ascend #13730.
 
 import numpy as np
 
-from reference.walk import F64Array, I64Array, WalkSampler
+from specsample.reference.walk import F64Array, I64Array, WalkSampler
 
 
 class ZeroUniform(WalkSampler):

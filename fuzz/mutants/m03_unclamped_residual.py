@@ -6,10 +6,10 @@ built from the unclamped difference, so it dips where `p < q` and the search lan
 
 import numpy as np
 
-from fuzz.mutants.inverse_cdf import inverse_cdf
-from reference.methods import Method
-from reference.schemes import Noise
-from reference.walk import F64Array, I64Array, WalkSampler
+from specsample.fuzz.mutants.inverse_cdf import inverse_cdf
+from specsample.reference.methods import Method
+from specsample.reference.schemes import Noise
+from specsample.reference.walk import F64Array, I64Array, WalkSampler
 
 
 class UnclampedResidual(WalkSampler):

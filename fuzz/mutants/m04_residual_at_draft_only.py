@@ -5,9 +5,9 @@ Seen in xLLM #2175 and EAGLE #20.
 
 import numpy as np
 
-from reference.methods import Method
-from reference.schemes import Noise
-from reference.walk import F64Array, I64Array, WalkSampler
+from specsample.reference.methods import Method
+from specsample.reference.schemes import Noise
+from specsample.reference.walk import F64Array, I64Array, WalkSampler
 
 
 class ResidualAtDraftOnly(WalkSampler):

@@ -6,10 +6,10 @@ A common slip: `u` in `[0, 1)` is compared with the cumulative sum of `(p - q)+`
 
 import numpy as np
 
-from fuzz.mutants.inverse_cdf import inverse_cdf
-from reference.methods import Method
-from reference.schemes import Noise
-from reference.walk import F64Array, I64Array, WalkSampler
+from specsample.fuzz.mutants.inverse_cdf import inverse_cdf
+from specsample.reference.methods import Method
+from specsample.reference.schemes import Noise
+from specsample.reference.walk import F64Array, I64Array, WalkSampler
 
 
 class UnnormalisedResidual(WalkSampler):

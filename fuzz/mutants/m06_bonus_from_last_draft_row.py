@@ -5,7 +5,7 @@ The V0 #9730 family of off-by-one row offsets.
 
 import numpy as np
 
-from reference.walk import I64Array, WalkSampler
+from specsample.reference.walk import I64Array, WalkSampler
 
 
 class BonusFromLastDraftRow(WalkSampler):

@@ -6,9 +6,9 @@ The vLLM #8320 family: the output holds the accepted drafts, the recovered token
 import numpy as np
 import numpy.typing as npt
 
-from reference.contract import SpecOutput
-from reference.law import greedy_token
-from reference.walk import BatchRows, I64Array, WalkSampler
+from specsample.reference.contract import SpecOutput
+from specsample.reference.law import greedy_token
+from specsample.reference.walk import BatchRows, I64Array, WalkSampler
 
 
 class BonusAfterRejection(WalkSampler):

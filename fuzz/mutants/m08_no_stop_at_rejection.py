@@ -5,7 +5,7 @@ Seen in vLLM #2658 and HF #28508.
 
 import numpy as np
 
-from reference.walk import BoolArray, WalkSampler
+from specsample.reference.walk import BoolArray, WalkSampler
 
 
 class NoStopAtRejection(WalkSampler):

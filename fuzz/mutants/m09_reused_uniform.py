@@ -5,10 +5,10 @@ Seen in FlashInfer #424 and SGLang #7207: after a rejection `u` is biased high, 
 
 import numpy as np
 
-from fuzz.mutants.inverse_cdf import inverse_cdf
-from reference.methods import Method
-from reference.schemes import Noise
-from reference.walk import F64Array, I64Array, WalkSampler
+from specsample.fuzz.mutants.inverse_cdf import inverse_cdf
+from specsample.reference.methods import Method
+from specsample.reference.schemes import Noise
+from specsample.reference.walk import F64Array, I64Array, WalkSampler
 
 
 class ReusedUniform(WalkSampler):

@@ -3,7 +3,7 @@
 The MRV2 block-mode multi-round bug: positions are no longer independent, so the law of m changes.
 """
 
-from reference.walk import F64Array, I64Array, WalkSampler
+from specsample.reference.walk import F64Array, I64Array, WalkSampler
 
 
 class SharedUniform(WalkSampler):

@@ -5,7 +5,7 @@ Seen in FlashInfer #425.
 
 import numpy as np
 
-from reference.walk import I64Array, WalkSampler
+from specsample.reference.walk import I64Array, WalkSampler
 
 
 class ResidualFromRowZero(WalkSampler):

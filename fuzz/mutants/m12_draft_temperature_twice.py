@@ -5,8 +5,8 @@ The vLLM #50910 convention flip.
 
 import numpy as np
 
-from reference.law import row_probs
-from reference.walk import F64Array, I64Array, WalkSampler
+from specsample.reference.law import row_probs
+from specsample.reference.walk import F64Array, I64Array, WalkSampler
 
 
 class DraftTemperatureTwice(WalkSampler):

@@ -5,8 +5,8 @@ Seen in lattice #388 and dflash #74.
 
 import numpy as np
 
-from reference.law import row_probs
-from reference.walk import F64Array, I64Array, WalkSampler
+from specsample.reference.law import row_probs
+from specsample.reference.walk import F64Array, I64Array, WalkSampler
 
 
 class DraftTemperatureMissing(WalkSampler):

@@ -6,8 +6,8 @@ strictly larger score; NaN is never larger, so a NaN row leaves the sentinel in 
 
 import numpy as np
 
-from reference.schemes import Noise
-from reference.walk import F64Array, I64Array, WalkSampler
+from specsample.reference.schemes import Noise
+from specsample.reference.walk import F64Array, I64Array, WalkSampler
 
 
 class NanGivesOutOfRange(WalkSampler):

@@ -7,8 +7,8 @@ import dataclasses
 
 import numpy as np
 
-from reference.contract import SpecBatch
-from reference.walk import BatchRows, WalkSampler
+from specsample.reference.contract import SpecBatch
+from specsample.reference.walk import BatchRows, WalkSampler
 
 
 class SeedOfFirstRequest(WalkSampler):

@@ -5,9 +5,9 @@ Latent in vLLM and seen in SGLang #22643: token 0 may have probability 0.
 
 import numpy as np
 
-from reference.methods import Method
-from reference.schemes import Noise
-from reference.walk import F64Array, I64Array, WalkSampler
+from specsample.reference.methods import Method
+from specsample.reference.schemes import Noise
+from specsample.reference.walk import F64Array, I64Array, WalkSampler
 
 
 class DegenerateResidualTokenZero(WalkSampler):

@@ -5,7 +5,7 @@ Seen in vLLM #46533 and FlashInfer #879.
 
 import numpy as np
 
-from reference.walk import BoolArray, F64Array, I64Array, WalkSampler
+from specsample.reference.walk import BoolArray, F64Array, I64Array, WalkSampler
 
 
 class PlaceholderAsIndex(WalkSampler):

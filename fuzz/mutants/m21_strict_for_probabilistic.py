@@ -3,8 +3,8 @@
 Seen in vLLM #40551.
 """
 
-from reference.methods import Method
-from reference.walk import WalkSampler
+from specsample.reference.methods import Method
+from specsample.reference.walk import WalkSampler
 
 
 class StrictForProbabilistic(WalkSampler):

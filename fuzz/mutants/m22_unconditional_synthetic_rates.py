@@ -6,7 +6,7 @@ compounds the decay, so the realised acceptance falls short of the target.
 
 import numpy as np
 
-from reference.walk import F64Array, WalkSampler
+from specsample.reference.walk import F64Array, WalkSampler
 
 
 class UnconditionalSyntheticRates(WalkSampler):

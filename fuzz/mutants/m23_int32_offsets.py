@@ -16,9 +16,9 @@ import tempfile
 from pathlib import Path
 from types import ModuleType
 
-from kernels import rejection, rejection_kernels
-from reference.contract import SpecBatch, SpecOutput
-from reference.schemes import CANONICAL
+from specsample.kernels import rejection, rejection_kernels
+from specsample.reference.contract import SpecBatch, SpecOutput
+from specsample.reference.schemes import CANONICAL
 
 # (original, planted): the two lines of `_request_span` that widen the request's first draft index.
 PLANTED = [
@@ -54,7 +54,7 @@ def mutated_launcher() -> ModuleType:
             source = source.replace(original, planted)
         kernels_module = _load("m23_rejection_kernels", source)
         launcher_source = inspect.getsource(rejection).replace(
-            "from kernels import rejection_kernels as jit", "import m23_rejection_kernels as jit"
+            "from specsample.kernels import rejection_kernels as jit", "import m23_rejection_kernels as jit"
         )
         assert "import m23_rejection_kernels as jit" in launcher_source
         _MODULES["kernels"] = kernels_module

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from fuzz.cli import EXIT_USAGE, main
+from specsample.fuzz.cli import EXIT_USAGE, main
 
 BROKEN_VARIANT = "raise RuntimeError('this module does not import')\n"
 MEMORY_VARIANT = """
-from reference.walk import WalkSampler
+from specsample.reference.walk import WalkSampler
 
 
 class OutOfMemory(WalkSampler):
@@ -44,7 +44,7 @@ USAGE_CASES = [
     (["run", "--variant", "torch", "--workers", "0"], "--workers"),
     (["run", "--variant", "no_such_variant"], "no_such_variant"),
     (["run", "--variant", "{broken}:Sampler"], "fails to import"),
-    (["run", "--variant", "reference.walk:NoSuchName"], "NoSuchName"),
+    (["run", "--variant", "specsample.reference.walk:NoSuchName"], "NoSuchName"),
     (["run", "--variant", "torch", "--methods", "greedy"], "--methods"),
     (["run", "--variant", "torch", "--profile", "weekly"], "--profile"),
     (["replay", "{malformed}"], "not a reproducer"),

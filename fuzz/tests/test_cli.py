@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fuzz.cli import EXIT_FAILED, EXIT_PASSED, EXIT_USAGE, main
+from specsample.fuzz.cli import EXIT_FAILED, EXIT_PASSED, EXIT_USAGE, main
 
 
 def test_help_and_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:

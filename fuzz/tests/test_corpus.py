@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from fuzz.cli import EXIT_FAILED, EXIT_PASSED, main
-from fuzz.reproducer import load_reproducer
+from specsample.fuzz.cli import EXIT_FAILED, EXIT_PASSED, main
+from specsample.fuzz.reproducer import load_reproducer
 
 CORPUS = Path(__file__).resolve().parent.parent / "corpus"
 REPRODUCERS = sorted(CORPUS.glob("*.json"))

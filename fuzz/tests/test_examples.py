@@ -8,15 +8,15 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from examples.engine_adapter import EngineAdapter
-from examples.mrv2_sampler import Mrv2Sampler, Mrv2ShiftedPositions
-from fuzz.spec import load_variant
-from fuzz.targeted import targeted_batches
-from properties import strategies
-from properties.checks import check, run_checks
-from properties.checks.coupled import agreement
-from reference.contract import RequestData, SpecBatch, make_batch
-from reference.schemes import MRV2
+from specsample.examples.engine_adapter import EngineAdapter
+from specsample.examples.mrv2_sampler import Mrv2Sampler, Mrv2ShiftedPositions
+from specsample.fuzz.spec import load_variant
+from specsample.fuzz.targeted import targeted_batches
+from specsample.properties import strategies
+from specsample.properties.checks import check, run_checks
+from specsample.properties.checks.coupled import agreement
+from specsample.reference.contract import RequestData, SpecBatch, make_batch
+from specsample.reference.schemes import MRV2
 
 
 def test_adapter_loads_by_file_spec_and_passes_the_checks() -> None:

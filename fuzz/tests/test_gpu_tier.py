@@ -9,7 +9,7 @@ import textwrap
 import pytest
 import torch
 
-from fuzz.mutants.m23_int32_offsets import PLANTED
+from specsample.fuzz.mutants.m23_int32_offsets import PLANTED
 
 needs_gpu = pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs a CUDA GPU and ~9 GB of its memory"
@@ -22,8 +22,8 @@ PROBE = textwrap.dedent(
     """
     import sys
     import torch
-    import kernels
-    from reference.contract import SpecBatch
+    import specsample.kernels
+    from specsample.reference.contract import SpecBatch
 
     def big_batch():
         rows, vocab = 8192 + 256, 262144
@@ -41,10 +41,10 @@ PROBE = textwrap.dedent(
 
     batch, peaks = big_batch()
     if sys.argv[1] == "M23":
-        from fuzz.mutants.m23_int32_offsets import Int32Offsets
+        from specsample.fuzz.mutants.m23_int32_offsets import Int32Offsets
         variant = Int32Offsets()
     else:
-        from kernels.registry import get
+        from specsample.kernels.registry import get
         variant = get("triton")
     tokens = variant(batch).token_ids[:, 0]
     torch.cuda.synchronize()
@@ -60,7 +60,7 @@ def _probe(variant: str) -> subprocess.CompletedProcess[str]:
 
 def test_m23_plants_on_the_current_kernel() -> None:
     """The production kernel still holds the lines M23 mutates, so the mutant tracks the real code."""
-    from fuzz.mutants.m23_int32_offsets import mutated_launcher
+    from specsample.fuzz.mutants.m23_int32_offsets import mutated_launcher
 
     assert PLANTED
     assert hasattr(mutated_launcher(), "rejection_sample")

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from fuzz.campaign import affordable_samples
-from fuzz.mutants import MUTANTS
-from fuzz.selftest import Blind, SelfTestRecord, run_mutants, run_variant
-from fuzz.spec import load_variant
-from fuzz.targeted import targeted_batches
-from properties import profiles
+from specsample.fuzz.campaign import affordable_samples
+from specsample.fuzz.mutants import MUTANTS
+from specsample.fuzz.selftest import Blind, SelfTestRecord, run_mutants, run_variant
+from specsample.fuzz.spec import load_variant
+from specsample.fuzz.targeted import targeted_batches
+from specsample.properties import profiles
 
 # Mutants whose bug has a certain signature (an impossible token, a broken layout): only an exact check
 # should be needed to kill them.

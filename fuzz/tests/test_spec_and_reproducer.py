@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-from fuzz.mutants import MUTANTS
-from fuzz.reproducer import Reproducer, decode_batch, encode_batch, load_reproducer, versions
-from fuzz.spec import SpecError, load_variant
-from reference.contract import RequestData, make_batch
-from reference.schemes import CANONICAL
+from specsample.fuzz.mutants import MUTANTS
+from specsample.fuzz.reproducer import Reproducer, decode_batch, encode_batch, load_reproducer, versions
+from specsample.fuzz.spec import SpecError, load_variant
+from specsample.reference.contract import RequestData, make_batch
+from specsample.reference.schemes import CANONICAL
 
 VARIANT_FILE = """
-from reference.sampler import ReferenceSampler
+from specsample.reference.sampler import ReferenceSampler
 
 class Mine(ReferenceSampler):
     name = "mine"
@@ -33,7 +33,7 @@ def test_specs_resolve(tmp_path: Path) -> None:
     """Names, mutant ids, MODULE:NAME and FILE.py:NAME (instance, class or factory) give variants."""
     assert load_variant("reference").name == "reference"
     assert load_variant("m03").name == "M03"
-    assert load_variant("reference.walk:WalkSampler").streams is CANONICAL
+    assert load_variant("specsample.reference.walk:WalkSampler").streams is CANONICAL
     path = tmp_path / "my_variant.py"
     path.write_text(VARIANT_FILE)
     for name in ("Mine", "factory", "instance"):
@@ -45,7 +45,7 @@ def test_specs_resolve(tmp_path: Path) -> None:
     [
         "no_such_name",
         "no.such.module:X",
-        "reference.walk:Missing",
+        "specsample.reference.walk:Missing",
         "/no/such/file.py:X",
         "FILE:not_a_variant",
     ],

@@ -27,9 +27,17 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from properties import stats
-from properties.checks import composition, coupled, determinism, invariants, law_of_m, law_of_y, marginal
-from properties.checks.base import (
+from specsample.properties import stats
+from specsample.properties.checks import (
+    composition,
+    coupled,
+    determinism,
+    invariants,
+    law_of_m,
+    law_of_y,
+    marginal,
+)
+from specsample.properties.checks.base import (
     DEFAULT_ALPHA,
     DEFAULT_NUM_SAMPLES,
     Check,
@@ -41,7 +49,7 @@ from properties.checks.base import (
     draw_trials,
     failed_call,
 )
-from reference.contract import SpecBatch, Variant
+from specsample.reference.contract import SpecBatch, Variant
 
 CHECKS: dict[str, Check] = {
     check.name: check

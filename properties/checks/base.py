@@ -19,9 +19,16 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from properties import stats
-from properties.batching import draft_counts, pad_output, select_requests
-from reference.contract import Arithmetic, SpecBatch, SpecOutput, Variant, capabilities, validate_output
+from specsample.properties import stats
+from specsample.properties.batching import draft_counts, pad_output, select_requests
+from specsample.reference.contract import (
+    Arithmetic,
+    SpecBatch,
+    SpecOutput,
+    Variant,
+    capabilities,
+    validate_output,
+)
 
 DEFAULT_NUM_SAMPLES = 2000
 DEFAULT_ALPHA = stats.DEFAULT_ALPHA

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from properties.batching import concatenate, permute_slots, roll_vocab, select_requests
-from properties.checks.base import (
+from specsample.properties.batching import concatenate, permute_slots, roll_vocab, select_requests
+from specsample.properties.checks.base import (
     Check,
     Settings,
     Trials,
@@ -22,7 +22,7 @@ from properties.checks.base import (
     invariance_subject,
     trial_seeds,
 )
-from reference.contract import SpecBatch, Variant
+from specsample.reference.contract import SpecBatch, Variant
 
 
 class Composition(Check):

@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from properties.batching import select_requests
-from properties.checks.base import Check, Settings, Trials, Verdict, draw_trials, exact_verdict
-from properties.checks.invariants import logprob_ok
-from reference.contract import SpecBatch, SpecOutput, Variant
-from reference.sampler import reference_sample
-from reference.schemes import CANONICAL, RandomScheme
-from reference.walk import BatchRows, WalkResult, log_law, walk
+from specsample.properties.batching import select_requests
+from specsample.properties.checks.base import Check, Settings, Trials, Verdict, draw_trials, exact_verdict
+from specsample.properties.checks.invariants import logprob_ok
+from specsample.reference.contract import SpecBatch, SpecOutput, Variant
+from specsample.reference.sampler import reference_sample
+from specsample.reference.schemes import CANONICAL, RandomScheme
+from specsample.reference.walk import BatchRows, WalkResult, log_law, walk
 
 # Coupled agreement replays at most this many logits in float64 (the first trials of each request).
 DEFAULT_COUPLED_ELEMENTS = 1 << 24

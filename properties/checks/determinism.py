@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from properties.checks.base import (
+from specsample.properties.checks.base import (
     Check,
     Settings,
     Trials,
@@ -14,7 +14,7 @@ from properties.checks.base import (
     exact_verdict,
     invariance_subject,
 )
-from reference.contract import SpecBatch, Variant
+from specsample.reference.contract import SpecBatch, Variant
 
 
 class Determinism(Check):

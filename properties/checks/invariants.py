@@ -19,11 +19,11 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from properties.checks.base import Check, Settings, Trials, Verdict, draw_trials, exact_verdict
-from reference.contract import Arithmetic, SpecBatch, SpecOutput, Variant
-from reference.law import RequestInputs, RequestLaw, exact_law, greedy_token, request_inputs
-from reference.methods import METHODS, Method
-from reference.walk import LOG_SUBNORMAL, LogLaw, log_law
+from specsample.properties.checks.base import Check, Settings, Trials, Verdict, draw_trials, exact_verdict
+from specsample.reference.contract import Arithmetic, SpecBatch, SpecOutput, Variant
+from specsample.reference.law import RequestInputs, RequestLaw, exact_law, greedy_token, request_inputs
+from specsample.reference.methods import METHODS, Method
+from specsample.reference.walk import LOG_SUBNORMAL, LogLaw, log_law
 
 I64Array = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]

@@ -11,10 +11,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from properties import stats
-from properties.checks.base import Component, Deviation, Settings, StatisticalCheck, Trials, largest
-from reference.contract import Arithmetic, SpecBatch
-from reference.law import exact_law
+from specsample.properties import stats
+from specsample.properties.checks.base import (
+    Component,
+    Deviation,
+    Settings,
+    StatisticalCheck,
+    Trials,
+    largest,
+)
+from specsample.reference.contract import Arithmetic, SpecBatch
+from specsample.reference.law import exact_law
 
 
 def components(

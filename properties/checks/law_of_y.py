@@ -13,10 +13,17 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from properties import stats
-from properties.checks.base import Component, Deviation, Settings, StatisticalCheck, Trials, largest
-from reference.contract import Arithmetic, SpecBatch, Variant
-from reference.law import exact_law
+from specsample.properties import stats
+from specsample.properties.checks.base import (
+    Component,
+    Deviation,
+    Settings,
+    StatisticalCheck,
+    Trials,
+    largest,
+)
+from specsample.reference.contract import Arithmetic, SpecBatch, Variant
+from specsample.reference.law import exact_law
 
 DEFAULT_BLOCK_SIZE = 4096
 I64Array = npt.NDArray[np.int64]

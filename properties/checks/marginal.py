@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from properties import stats
-from properties.checks.base import (
+from specsample.properties import stats
+from specsample.properties.checks.base import (
     Component,
     Deviation,
     Settings,
@@ -23,9 +23,9 @@ from properties.checks.base import (
     draw_trials,
     largest,
 )
-from reference.contract import Arithmetic, SpecBatch, Variant
-from reference.law import exact_law, request_inputs
-from reference.methods import METHODS
+from specsample.reference.contract import Arithmetic, SpecBatch, Variant
+from specsample.reference.law import exact_law, request_inputs
+from specsample.reference.methods import METHODS
 
 I64Array = npt.NDArray[np.int64]
 
