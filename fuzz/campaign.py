@@ -1,19 +1,36 @@
 """A fuzz campaign: targeted cases first, then Hypothesis-driven search steered toward discrepancies.
 
-Every case runs the property checks of `properties.checks` on the variant; the first failing verdict
-stops the campaign, is shrunk by Hypothesis to a minimal batch (unless shrinking is off), and is
-written as a reproducer. Random choices inside the checks derive from a seed drawn with the case, so a
-failure replays exactly.
+Trials go where they pay. Every batch is screened: the property checks of `properties.checks` run
+with few trials (fewer for a larger batch, so that a minute sees many batches). An exact check that
+fails (no false failures) fails the campaign at once. A batch whose Bonferroni-adjusted smallest
+p-value is below `SCREEN_LEVEL` is suspicious and is confirmed group-sequentially: the suspicious
+checks run again on fresh trials, `CONFIRM_FACTOR` times the screen's and then the profile's full
+ones, each stage at level ``alpha``. A statistical failure is only ever reported from a
+confirmation stage, so each stage fails a correct sampler with probability at most ``alpha``; a
+correct sampler reaches a stage about once in 1/`SCREEN_LEVEL` batches, so a campaign's false-failure
+rate is about ``alpha`` times its confirmations, which it reports. `hypothesis.target` steers the
+search on the screen's Bonferroni-adjusted discrepancy, comparable across batches.
+
+The first failure stops the campaign, is shrunk by Hypothesis to a minimal batch (unless shrinking
+is off) until the budget's grace runs out, and is written as a reproducer. Random choices inside the
+checks derive from a seed drawn with the case, so a failure replays exactly. Trials are sized to the
+time left (`CostModel`) and every call to the device's free memory, so a campaign ends within its
+budget plus `GRACE` of it, or one screen past it. At the end it reports what its batches covered
+(`fuzz.coverage`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
+import torch
 from hypothesis import HealthCheck, Phase, given, settings, target
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
@@ -23,7 +40,9 @@ from hypothesis.database import (
     MultiplexedDatabase,
     ReadOnlyDatabase,
 )
+from hypothesis.errors import Flaky
 
+from specsample.fuzz.coverage import Coverage
 from specsample.fuzz.progress import Progress
 from specsample.fuzz.reproducer import Reproducer, versions
 from specsample.fuzz.targeted import targeted_batches
@@ -37,19 +56,50 @@ from specsample.reference.contract import METHODS, Capabilities, SpecBatch, Vari
 
 @dataclass
 class CampaignResult:
-    """What a campaign saw: cases run, checks passed, the best discrepancy, and the failure if any."""
+    """What a campaign saw: cases checked, screens and confirmations, the failure if any, coverage.
+
+    Attributes:
+        variant: the variant spec.
+        cases: batches checked (targeted cases and search batches, each screened).
+        screened: search batches screened with few trials.
+        screen_trials: the trials per request of each screen (fewer for larger batches).
+        confirmations: confirmation stages run on suspicious batches (fresh trials, level
+            ``alpha``): each can fail a correct sampler with probability at most ``alpha``.
+        skipped: search batches left out because the time left could not check them.
+        unconfirmed: suspicious batches that no time was left to confirm.
+        checks_passed: checks that passed in a confirmation's last stage.
+        checks_inconclusive: suspicious batches or checks that no confirmation could settle at the
+            profile's power in the time left.
+        samples: variant outputs drawn.
+        best_discrepancy: the largest `properties.checks.discrepancy` of a checked batch.
+        seconds: the campaign's wall time.
+        found_after: seconds from the start until the failure was found (before shrinking).
+        failure: the failing verdict, ``None`` when nothing failed.
+        case: where the failure was found.
+        reproducer: the reproducer written for it.
+        verdicts: every full-power verdict.
+        coverage: what the searched batches covered.
+    """
 
     variant: str
     cases: int = 0
+    screened: int = 0
+    screen_trials: list[int] = field(default_factory=list)
+    confirmations: int = 0
+    skipped: int = 0
+    unconfirmed: int = 0
     checks_passed: int = 0
     checks_inconclusive: int = 0
     samples: int = 0
     best_discrepancy: float = 0.0
     seconds: float = 0.0
+    found_after: float | None = None
+    alpha: float = 0.0
     failure: Verdict | None = None
     case: str | None = None
     reproducer: Path | None = None
     verdicts: list[Verdict] = field(default_factory=list)
+    coverage: Coverage | None = None
 
     @property
     def passed(self) -> bool:
@@ -61,43 +111,205 @@ class CampaignResult:
         """``"fail"`` when a check failed, else ``"inconclusive"`` when one lacked power, else ``"pass"``."""
         return "fail" if self.failure else "inconclusive" if self.checks_inconclusive else "pass"
 
+    def describe(self) -> str:
+        """One line: what ran, how fast, and the false-failure bound of the confirmations."""
+        minutes = max(self.found_after or self.seconds, 1e-9) / 60  # the search's pace, not the shrinking
+        trials = self.screen_trials or [0]
+        return (
+            f"{self.cases} cases ({self.screened} batches screened at {min(trials)} to {max(trials)} "
+            f"trials per request, median {int(np.median(trials))}, "
+            f"{self.screened / minutes:.0f} per minute; {self.confirmations} confirmation stages on fresh "
+            f"trials, false-failure rate <= {max(self.confirmations, 1) * self.alpha:.2g}; {self.skipped} "
+            f"skipped for time), {self.checks_passed} checks passed at full power, "
+            f"{self.checks_inconclusive} inconclusive, {self.samples} samples, best discrepancy "
+            f"{self.best_discrepancy:.2f}, "
+            f"{self.seconds:.0f} s"
+        )
+
+    def inconclusive_reasons(self, most: int = 3) -> list[str]:
+        """Why the campaign is inconclusive: the first inconclusive verdicts, and unconfirmed batches."""
+        reasons = [v.message for v in self.verdicts if v.status == "inconclusive"][:most]
+        if self.unconfirmed:
+            reasons.append(
+                f"{self.unconfirmed} suspicious batches could not be confirmed in the time left: a larger "
+                "--budget confirms them"
+            )
+        return reasons
+
     def summary(self) -> dict[str, object]:
         """JSON-ready summary."""
         return {
             "variant": self.variant,
             "status": self.status,
             "cases": self.cases,
+            "screened": self.screened,
+            "screen_trials": {
+                "min": min(self.screen_trials, default=0),
+                "median": int(np.median(self.screen_trials)) if self.screen_trials else 0,
+                "max": max(self.screen_trials, default=0),
+            },
+            "confirmations": self.confirmations,
+            "skipped": self.skipped,
+            "unconfirmed": self.unconfirmed,
             "checks_passed": self.checks_passed,
             "checks_inconclusive": self.checks_inconclusive,
             "samples": self.samples,
             "best_discrepancy": self.best_discrepancy,
             "seconds": round(self.seconds, 2),
+            "found_after": None if self.found_after is None else round(self.found_after, 2),
             "case": self.case,
             "failure": None if self.failure is None else asdict(self.failure),
             "reproducer": None if self.reproducer is None else str(self.reproducer),
+            "coverage": None if self.coverage is None else self.coverage.summary(),
         }
 
 
-class _Found(Exception):
-    """A failing verdict, raised inside a Hypothesis example so that Hypothesis shrinks the case."""
+@dataclass(frozen=True)
+class Run:
+    """One run of the checks on a batch: its verdicts, the settings that replay them, and (for a
+    search batch) the trials of the screen and of each confirmation stage that led to it."""
 
-    def __init__(self, verdict: Verdict, batch: SpecBatch, case_seed: int) -> None:
-        super().__init__(verdict.message)
-        self.verdict = verdict
+    verdicts: list[Verdict]
+    trials: int
+    seed: int
+    ladder: tuple[int, ...] = ()
+
+    @property
+    def failure(self) -> Verdict | None:
+        """The first failing verdict, if any."""
+        return next((v for v in self.verdicts if v.failed), None)
+
+    @property
+    def exact_failure(self) -> Verdict | None:
+        """The first failing verdict of an exact check (no false failures), if any."""
+        return next((v for v in self.verdicts if v.failed and v.pvalue is None), None)
+
+
+class _Found(Exception):
+    """A failing run, raised inside a Hypothesis example so that Hypothesis shrinks the case."""
+
+    def __init__(self, run: Run, batch: SpecBatch) -> None:
+        assert run.failure is not None
+        super().__init__(run.failure.message)
+        self.run = run
         self.batch = batch
-        self.case_seed = case_seed
 
 
 def _show(bar: Progress, result: CampaignResult, start: float) -> None:
-    """The campaign's bar: seconds of the budget spent; cases, checks, samples, best discrepancy."""
+    """The campaign's bar: seconds of the budget spent; batches (per minute), checks, best discrepancy."""
+    elapsed = time.monotonic() - start
     bar.advance_to(
-        time.monotonic() - start,
+        elapsed,
         cases=result.cases,
-        passed=result.checks_passed,
+        per_min=f"{result.screened / max(elapsed / 60, 1e-9):.0f}",
+        confirmed=result.confirmations,
         inconclusive=result.checks_inconclusive,
-        samples=result.samples,
         best=f"{result.best_discrepancy:.2f}",
     )
+
+
+# A screened batch whose Bonferroni-adjusted smallest p-value is below this is confirmed with the
+# profile's trials: under a correct sampler about one batch in a hundred is.
+SCREEN_LEVEL = 0.01
+# A confirmation's checks run with the case seed plus this (case seeds are below 2**31): fresh trials.
+CONFIRM_SEED = 2**31
+# The fewest trials per request a batch is checked with; a batch that cannot have them in the time
+# left is skipped.
+FEWEST_TRIALS = 32
+# A campaign may run past its budget by this fraction of it: to confirm a suspicious batch, to shrink.
+GRACE = 0.1
+# A confirmation's first stage runs this many times the screen's trials (then the full trials):
+# a batch screened at p = 0.01 has about this much more evidence at p = 1e-6.
+CONFIRM_FACTOR = 4
+
+
+def _stages(screen: int, full: int) -> list[int]:
+    """The trials of each confirmation stage after a screen of ``screen`` trials."""
+    return [t for t in (CONFIRM_FACTOR * screen,) if t < full] + [full]
+
+
+def _suspicious(verdicts: Sequence[Verdict]) -> list[str]:
+    """The statistical checks whose Bonferroni-adjusted p-value (over ``verdicts``) is below
+    `SCREEN_LEVEL`."""
+    tested = [v for v in verdicts if v.pvalue is not None]
+    return [v.check for v in tested if v.pvalue is not None and len(tested) * v.pvalue < SCREEN_LEVEL]
+
+
+# The targeted cases share this fraction of the budget, each screened with up to full power.
+TARGETED_SHARE = 0.5
+# The search screens a batch in about 1/SCREENS_PER_BUDGET of the budget, or MIN_SCREEN_SECONDS.
+SCREENS_PER_BUDGET = 120
+MIN_SCREEN_SECONDS = 0.25
+# Before anything is measured, a search batch is screened with at most this many trials.
+FIRST_SCREEN_TRIALS = 64
+
+
+def _fingerprint(batch: SpecBatch) -> str:
+    """A digest of every tensor and value of ``batch``: equal batches, equal digests."""
+    digest = hashlib.sha1()
+    for name in batch.__dataclass_fields__:
+        value = getattr(batch, name)
+        if isinstance(value, torch.Tensor):
+            digest.update(f"{name}{value.dtype}{tuple(value.shape)}".encode())
+            digest.update(value.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+        else:
+            digest.update(f"{name}={value!r}".encode())
+    return digest.hexdigest()
+
+
+def work_of(batch: SpecBatch) -> float:
+    """The logits one trial of every request of ``batch`` gathers (64 at least per row)."""
+    rows = int(batch.target_logits.shape[0]) * (2 if batch.draft_logits is not None else 1)
+    return float(rows * max(batch.vocab_size, 64))
+
+
+@dataclass
+class CostModel:
+    """What checking a batch costs, learned from the runs so far: ``seconds = (a + b * t) * work``.
+
+    ``work`` is the logits one trial of every request gathers (`work_of`), ``t`` the trials per
+    request. ``a`` is what does not grow with the trials (the exact law, the invariance checks' few
+    calls; it dominates for a fast sampler on a GPU), ``b`` what does (the sampler's calls, the
+    counting; it dominates for a Python sampler). Both are fitted by least squares on the runs seen,
+    each kept at least zero; a run's estimate is never below what it would cost at the mean rate.
+    """
+
+    runs: list[tuple[float, float, float]] = field(default_factory=list)  # (work, trials, seconds)
+
+    def record(self, seconds: float, trials: int, batch: SpecBatch) -> None:
+        """Learn from a run of ``trials`` per request on ``batch`` that took ``seconds``."""
+        self.runs.append((work_of(batch), float(trials), seconds))
+
+    def coefficients(self) -> tuple[float, float]:
+        """``(a, b)``, fitted to the runs (per unit of work, and per trial and unit of work)."""
+        work = np.array([r[0] for r in self.runs])
+        trials = np.array([r[1] for r in self.runs])
+        seconds = np.array([r[2] for r in self.runs])
+        design = np.stack([work, work * trials], axis=1)
+        if len(self.runs) >= 2 and np.ptp(trials) > 0:
+            (a, b), *_ = np.linalg.lstsq(design, seconds, rcond=None)
+            if a >= 0 and b >= 0:
+                return float(a), float(b)
+        per_trial = float(seconds.sum() / (work * (trials + 1)).sum())  # one rate for both
+        return per_trial, per_trial
+
+    def seconds_for(self, batch: SpecBatch, trials: int) -> float:
+        """About how long the checks of ``batch`` take at ``trials`` per request."""
+        a, b = self.coefficients()
+        return (a + b * trials) * work_of(batch)
+
+    def trials_within(self, seconds: float, batch: SpecBatch, wanted: int) -> int:
+        """The trials per request, at most ``wanted``, whose checks of ``batch`` take about ``seconds``."""
+        if not math.isfinite(seconds):
+            return wanted
+        if not self.runs:
+            return min(wanted, FIRST_SCREEN_TRIALS)
+        a, b = self.coefficients()
+        work = work_of(batch)
+        spare = seconds / work - a
+        if spare <= 0:
+            return 0
+        return min(wanted, int(spare / max(b, 1e-15)))
 
 
 @dataclass(frozen=True)
@@ -199,43 +411,126 @@ def run_campaign(
 ) -> CampaignResult:
     """Fuzz ``variant`` until a check fails, the time budget runs out, or ``rounds`` search rounds ran.
 
-    Batches lie inside the variant's declared capabilities; ``num_samples`` (default: the profile's)
-    sets the trials, and a clean check below the profile's power is counted inconclusive.
+    Every batch is screened, the targeted cases first (with up to ``num_samples``, default the
+    profile's, trials per request, as `TARGETED_SHARE` of the budget allows), then the search's
+    (with up to the profile's ``screen_trials``). A batch that looks suspicious (a
+    Bonferroni-adjusted p-value below `SCREEN_LEVEL`) is confirmed on fresh trials, in stages up to
+    ``num_samples``: a statistical failure is only ever reported from a confirmation stage, so each
+    stage can fail a correct sampler with probability at most ``alpha``; an exact check's failure
+    is reported at once. Trials are sized against the time left (`CostModel`) and calls against the
+    device's free memory; the campaign ends within its budget plus `GRACE` of it, or one screen
+    past it. Batches lie inside the variant's declared capabilities. A suspicious batch that could
+    not be confirmed at the profile's power in the time left is counted inconclusive.
     """
     caps = capabilities(variant)
     methods = tuple(m for m in (methods or METHODS) if m in caps.methods)
     budget = profiles.get(profile)
     required = budget.num_samples
-    if num_samples is not None:
-        budget = replace(budget, num_samples=num_samples)
+    full = num_samples if num_samples is not None else budget.num_samples
+    screen = min(budget.screen_trials, full)
     start = time.monotonic()
-    deadline = start + (budget.fuzz_seconds if seconds is None else seconds)
-    result = CampaignResult(variant=spec)
-    bar = Progress(f"fuzz {spec}", deadline - start, "s", enabled=progress)
+    seconds = budget.fuzz_seconds if seconds is None else seconds
+    deadline = start + seconds
+    grace = GRACE * seconds if math.isfinite(seconds) else 0.0
+    cost = CostModel()
+    # A screen gets about this much time: a large batch is screened with fewer trials than a small
+    # one, so that the search sees many batches (at least `SCREENS_PER_BUDGET` when they are large).
+    screen_seconds = max(MIN_SCREEN_SECONDS, seconds / SCREENS_PER_BUDGET)
+    result = CampaignResult(variant=spec, alpha=budget.alpha)
+    result.coverage = Coverage.of(budget, caps, methods)
+    bar = Progress(f"fuzz {spec}", seconds, "s", enabled=progress)
 
-    def probe(name: str, batch: SpecBatch, case_seed: int) -> Verdict | None:
+    def check(batch: SpecBatch, names: Sequence[str], trials: int, case_seed: int, power: int) -> Run:
+        """The checks ``names`` at ``trials`` per request; a clean verdict below ``power`` is inconclusive."""
+        began = time.monotonic()
         verdicts = run_checks(
             variant,
             batch,
-            checks=checks,
-            num_samples=budget.num_samples,
+            checks=names,
+            num_samples=trials,
             alpha=budget.alpha,
             seed=case_seed,
-            required_samples=required,
+            required_samples=power,
         )
-        result.cases += 1
+        cost.record(time.monotonic() - began, trials, batch)
         result.samples += sum(v.num_samples for v in verdicts)
-        result.checks_passed += sum(v.passed for v in verdicts)
-        result.checks_inconclusive += sum(v.status == "inconclusive" for v in verdicts)
-        steer = discrepancy(verdicts)
-        result.best_discrepancy = max(result.best_discrepancy, steer)
-        result.verdicts.extend(verdicts)
-        if name == "search":
-            target(steer, label="discrepancy")
-        _show(bar, result, start)
-        return next((v for v in verdicts if v.failed), None)
+        result.best_discrepancy = max(result.best_discrepancy, discrepancy(verdicts))
+        return Run(verdicts, trials, case_seed)
 
-    def finish(verdict: Verdict, batch: SpecBatch, case_seed: int, case: str) -> CampaignResult:
+    def tally(run: Run) -> Run:
+        """Count a full-power run's verdicts."""
+        result.checks_passed += sum(v.passed for v in run.verdicts)
+        result.checks_inconclusive += sum(v.status == "inconclusive" for v in run.verdicts)
+        result.verdicts.extend(run.verdicts)
+        return run
+
+    def left(until: float) -> float:
+        return until - time.monotonic()
+
+    def screened_case(
+        batch: SpecBatch,
+        case_seed: int,
+        trials: tuple[int, ...] | None,
+        steer: bool = True,
+        most: int = screen,
+        share: float = screen_seconds,
+    ) -> Run | None:
+        """Screen ``batch``; confirm it afresh while it looks suspicious. The failing run, or ``None``.
+
+        The confirmation is group-sequential: stage ``k`` reruns only the checks that still look
+        suspicious, with `CONFIRM_FACTOR` times the screen's trials and then the full ones, each
+        stage on fresh trials at level ``alpha``. ``trials`` fixes the trials of the screen and of
+        each stage, as shrinking needs (Hypothesis must see the same outcome for the same example);
+        otherwise they are sized to the time left: at most ``most`` trials for the screen, fewer
+        where they would take more than ``share`` seconds (never fewer than `FEWEST_TRIALS`).
+        """
+        shrinking = trials is not None
+        if trials:
+            first = trials[0]
+        else:
+            if cost.trials_within(left(deadline), batch, most) < FEWEST_TRIALS:
+                result.skipped += 1
+                return None
+            sliced = cost.trials_within(share, batch, most)
+            first = max(FEWEST_TRIALS, min(sliced, cost.trials_within(left(deadline), batch, most)))
+        if not shrinking:
+            result.cases += 1
+            result.screened += 1
+            result.screen_trials.append(first)
+        run = check(batch, checks, first, case_seed, first)
+        if steer:  # inside the search: let Hypothesis steer toward larger discrepancies
+            target(discrepancy(run.verdicts), label="discrepancy")
+        if run.exact_failure is not None:
+            return Run([run.exact_failure], first, case_seed, ladder=(first,))
+        ladder = [first]
+        suspicious = _suspicious(run.verdicts)
+        if not suspicious and not shrinking and first >= required:
+            tally(run)  # a screen at the profile's power (a targeted case with time for it) counts
+        for stage, wanted in enumerate(trials[1:] if trials else _stages(first, full), start=1):
+            if not suspicious:
+                return None
+            stage_trials = wanted if shrinking else cost.trials_within(left(deadline + grace), batch, wanted)
+            if stage_trials < FEWEST_TRIALS:
+                result.checks_inconclusive += 1  # suspicious, and no time left to confirm it
+                result.unconfirmed += 1
+                return None
+            ladder.append(stage_trials)
+            stage_seed = case_seed + stage * CONFIRM_SEED
+            confirmation = check(batch, suspicious, stage_trials, stage_seed, required)
+            if not shrinking:  # a shrink candidate's runs are not counted: they only order failures
+                result.confirmations += 1
+            if confirmation.failure is not None:
+                if not shrinking:
+                    tally(confirmation)
+                return Run(confirmation.verdicts, stage_trials, stage_seed, ladder=tuple(ladder))
+            if not shrinking and wanted >= full:  # the last stage counts; a cleared earlier one is a screen
+                tally(confirmation)
+            suspicious = _suspicious(confirmation.verdicts)
+        return None
+
+    def finish(found: Run, batch: SpecBatch, case: str) -> CampaignResult:
+        verdict = found.failure
+        assert verdict is not None
         result.failure, result.case = verdict, case
         if corpus is not None:
             reproducer = Reproducer(
@@ -243,91 +538,136 @@ def run_campaign(
                 check=verdict.check,
                 verdict=asdict(verdict),
                 batch=on_device(batch, "cpu"),
-                num_samples=budget.num_samples,
+                num_samples=found.trials,
                 alpha=budget.alpha,
-                seed=case_seed,
+                seed=found.seed,
                 versions=versions(),
             )
             result.reproducer = reproducer.save(corpus)
+        return done()
+
+    def done() -> CampaignResult:
         result.seconds = time.monotonic() - start
         _show(bar, result, start)
         bar.close()
         return result
 
     if targeted:
-        for name, batch in targeted_batches(methods, caps):
-            verdict = probe(name, on_device(batch, device), seed)
-            if verdict is not None:
-                return finish(verdict, batch, seed, f"targeted: {name}")
+        cases = targeted_batches(methods, caps)
+        # The targeted cases run at full power where their share of the budget allows it.
+        targeted_seconds = TARGETED_SHARE * seconds / max(len(cases), 1)
+        for name, batch in cases:
+            found = screened_case(
+                on_device(batch, device), seed, None, steer=False, most=full, share=targeted_seconds
+            )
+            _show(bar, result, start)
+            if found is not None:
+                result.found_after = time.monotonic() - start
+                return finish(found, batch, f"targeted: {name}")
             if time.monotonic() > deadline:
                 break
 
+    search_round = _SearchRound(
+        screened_case, methods, caps, profile, budget, deadline, deadline + grace, shrink, database, device
+    )
     round_index = 0
     while search and time.monotonic() < deadline and (rounds is None or round_index < rounds):
-        found = _search_round(
-            probe, methods, caps, profile, budget, seed + round_index, deadline, shrink, database, device
-        )
+        found = search_round.run(seed + round_index, result, lambda: _show(bar, result, start))
         if found is not None:
-            return finish(found.verdict, found.batch, found.case_seed, f"search round {round_index}")
+            result.found_after = search_round.found_after - start
+            return finish(found.run, found.batch, f"search round {round_index}")
         round_index += 1
-    result.seconds = time.monotonic() - start
-    _show(bar, result, start)
-    bar.close()
-    return result
+    return done()
 
 
-def _search_round(
-    probe: Callable[[str, SpecBatch, int], Verdict | None],
-    methods: tuple[str, ...],
-    caps: Capabilities,
-    profile: str,
-    budget: Profile,
-    round_seed: int,
-    deadline: float,
-    shrink: bool,
-    database: ExampleDatabase | None,
-    device: str,
-) -> _Found | None:
-    """One Hypothesis run of ``examples_per_round`` cases; returns the (shrunk) failure if any."""
-    failing = False
-    phases = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target] + ([Phase.shrink] if shrink else [])
+@dataclass
+class _SearchRound:
+    """One Hypothesis run of ``examples_per_round`` batches, each screened (and confirmed if suspicious).
 
-    @hypothesis_seed(round_seed)
-    @settings(
-        max_examples=budget.fuzz_examples_per_round,
-        deadline=None,
-        database=database,
-        phases=phases,
-        suppress_health_check=list(HealthCheck),
-        print_blob=False,
-        report_multiple_bugs=False,
-    )
-    @given(
-        batch=strategies.spec_batches(methods=methods, profile=profile, capabilities=caps),
-        case_seed=st.integers(0, 2**31 - 1),
-    )
-    def search(batch: SpecBatch, case_seed: int) -> None:
-        nonlocal failing, broken
-        if broken is not None or (not failing and time.monotonic() > deadline):
-            return  # out of time, or the machine failed: the remaining examples are no-ops
-        try:
-            verdict = probe("search", on_device(batch, device), case_seed)
-        except EnvironmentProblem as error:
-            broken = error  # not the sampler's failure: nothing for Hypothesis to shrink
-            return
-        if verdict is None:
-            return
-        failing = True
-        raise _Found(verdict, batch, case_seed)
+    Past ``deadline`` the remaining examples are no-ops; a failure is shrunk until
+    ``shrink_deadline`` with the trials it was found with (so that Hypothesis sees the same outcome
+    for the same example), then the smallest failure seen is returned.
+    """
 
-    broken: EnvironmentProblem | None = None
-    try:
-        search()
-    except _Found as found:
-        return found
-    if broken is not None:
-        raise broken
-    return None
+    screened_case: Callable[[SpecBatch, int, tuple[int, ...] | None, bool], Run | None]
+    methods: tuple[str, ...]
+    caps: Capabilities
+    profile: str
+    budget: Profile
+    deadline: float
+    shrink_deadline: float
+    shrink: bool
+    database: ExampleDatabase | None
+    device: str
+    found_after: float = 0.0
+
+    def run(self, round_seed: int, result: CampaignResult, show: Callable[[], None]) -> _Found | None:
+        """Run the round; the (shrunk) failure, if any."""
+        phases = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target]
+        phases += [Phase.shrink] if self.shrink else []
+        smallest: _Found | None = None
+        broken: EnvironmentProblem | None = None
+        seen: dict[tuple[int, str], Run | None] = {}
+        batch_on_device = self._on_device
+        described: dict[str, object] = {}
+
+        @hypothesis_seed(round_seed)
+        @settings(
+            max_examples=self.budget.fuzz_examples_per_round,
+            deadline=None,
+            database=self.database,
+            phases=phases,
+            suppress_health_check=list(HealthCheck),
+            print_blob=False,
+            report_multiple_bugs=False,
+        )
+        @given(
+            batch=strategies.spec_batches(
+                methods=self.methods, profile=self.profile, capabilities=self.caps, describe=described.update
+            ),
+            case_seed=st.integers(0, CONFIRM_SEED - 1),
+        )
+        def search(batch: SpecBatch, case_seed: int) -> None:
+            nonlocal smallest, broken
+            now = time.monotonic()
+            if broken is not None or now > (self.shrink_deadline if smallest else self.deadline):
+                return  # out of time, or the machine failed: the remaining examples are no-ops
+            fixed = None if smallest is None else smallest.run.ladder
+            screened = result.screened
+            key = (case_seed, _fingerprint(batch))
+            if key not in seen and smallest is not None and not self.shrink:
+                return  # found, and nothing to shrink: what Hypothesis still tries is not needed
+            try:
+                # Hypothesis replays the smallest failing example at the end: its outcome is known.
+                found = (
+                    seen.get(key)
+                    if key in seen
+                    else self.screened_case(batch_on_device(batch), case_seed, fixed, True)
+                )
+            except EnvironmentProblem as error:
+                broken = error  # not the sampler's failure: nothing for Hypothesis to shrink
+                return
+            seen[key] = found
+            if result.screened > screened and result.coverage is not None:
+                result.coverage.observe(described)
+            show()
+            if found is None:
+                return
+            if smallest is None:
+                self.found_after = time.monotonic()
+            smallest = _Found(found, batch)
+            raise smallest
+
+        # A failure found (and shrunk as far as time allowed) leaves `smallest` holding it; Flaky
+        # means the smallest one's final replay ran past the shrink deadline and was a no-op.
+        with contextlib.suppress(_Found, Flaky):
+            search()
+        if broken is not None:
+            raise broken
+        return smallest
+
+    def _on_device(self, batch: SpecBatch) -> SpecBatch:
+        return on_device(batch, self.device)
 
 
 def on_device(batch: SpecBatch, device: str) -> SpecBatch:

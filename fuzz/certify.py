@@ -222,9 +222,7 @@ def markdown(
         campaign = report.campaign
         lines += [
             "",
-            f"Fuzz campaign: {STATUS_WORDS[campaign.status]}, {campaign.cases} cases, "
-            f"{campaign.checks_passed} checks passed, {campaign.checks_inconclusive} inconclusive, "
-            f"{campaign.samples} samples, {campaign.seconds:.0f} s.",
+            f"Fuzz campaign: {STATUS_WORDS[campaign.status]}, {campaign.describe()}.",
         ]
         if report.not_checked:
             lines.append(

@@ -100,14 +100,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         device=device,
     )
     if result.failure is None:
+        if result.coverage is not None and result.coverage.batches:
+            print("\n".join(result.coverage.lines()))
         word = "PASSED" if result.status == "pass" else "INCONCLUSIVE"
-        print(
-            f"{word}: {args.variant}: {result.cases} cases, {result.checks_passed} checks passed, "
-            f"{result.checks_inconclusive} inconclusive, {result.samples} samples, "
-            f"best discrepancy {result.best_discrepancy:.2f}, {result.seconds:.0f} s"
-        )
+        print(f"{word}: {args.variant}: {result.describe()}")
+        for reason in result.inconclusive_reasons():
+            print(f"  inconclusive: {reason}")
         return EXIT_PASSED if result.status == "pass" else EXIT_INCONCLUSIVE
     print(f"FAILED: {args.variant}: check {result.failure.check} ({result.case}): {result.failure.message}")
+    print(f"Found after {result.found_after or 0.0:.1f} s; {result.describe()}")
     if result.reproducer is not None:
         print(f"Reproducer: {result.reproducer}\nReplay:     python -m fuzz replay {result.reproducer}")
     return EXIT_FAILED
@@ -229,7 +230,15 @@ def cmd_mutants(args: argparse.Namespace) -> int:
             "python3 -m pytest -m gpu fuzz/tests/test_gpu_tier.py on a GPU"
         )
     device = _check_device(args.device or _default_device())
-    records = run_mutants(ids, profile=args.profile, rounds=args.rounds, device=device)
+    records = run_mutants(
+        ids,
+        profile=args.profile,
+        rounds=args.rounds,
+        device=device,
+        targeted=not args.no_targeted,
+        seconds=args.budget if args.no_targeted else None,
+        seed=args.seed,
+    )
     print(table(records))
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
@@ -350,6 +359,18 @@ def build_parser() -> argparse.ArgumentParser:
         default=1,
         help="Hypothesis rounds after the targeted cases",
     )
+    mutants.add_argument(
+        "--no-targeted",
+        action="store_true",
+        help="the search alone: no targeted cases; each mutant gets --budget seconds of search",
+    )
+    mutants.add_argument(
+        "--budget",
+        type=_number(float, 1e-3, "--budget"),
+        default=60.0,
+        help="seconds of search per mutant with --no-targeted (default: 60)",
+    )
+    mutants.add_argument("--seed", type=int, default=0, help="seed of the search (default: 0)")
     mutants.add_argument("--json", type=Path, help="write one record per mutant to this file")
     common(mutants)
     mutants.set_defaults(handler=cmd_mutants)

@@ -44,6 +44,8 @@ class SelfTestRecord:
     seconds: float
     case: str | None
     message: str
+    found_after: float | None = None
+    batches: int = 0
 
     def to_json(self) -> dict[str, object]:
         """JSON-ready record: ``id``, ``killed``, ``check``, ``samples``, ``seconds`` and context."""
@@ -54,6 +56,8 @@ class SelfTestRecord:
             "expected": list(self.expected),
             "samples": self.samples,
             "seconds": round(self.seconds, 2),
+            "found_after": None if self.found_after is None else round(self.found_after, 2),
+            "batches": self.batches,
             "case": self.case,
             "message": self.message,
         }
@@ -69,16 +73,25 @@ def run_variant(
     device: str,
     progress: bool,
     num_samples: int | None = None,
+    targeted: bool = True,
+    seconds: float | None = None,
+    seed: int = 0,
 ) -> SelfTestRecord:
-    """Run the self-test campaign on one variant and record the outcome."""
+    """Run the self-test campaign on one variant and record the outcome.
+
+    With ``seconds`` the campaign searches for that long (``rounds`` ignored); otherwise it runs
+    the targeted cases and ``rounds`` search rounds, whatever they take.
+    """
     start = time.monotonic()
     result = run_campaign(
         variant,
         spec,
         profile=profile,
-        seconds=float("inf"),
-        rounds=rounds,
+        seconds=float("inf") if seconds is None else seconds,
+        rounds=rounds if seconds is None else None,
         num_samples=num_samples,
+        seed=seed,
+        targeted=targeted,
         shrink=False,
         device=device,
         progress=progress,
@@ -93,6 +106,8 @@ def run_variant(
         seconds=time.monotonic() - start,
         case=result.case,
         message="survived" if failure is None else failure.message,
+        found_after=result.found_after,
+        batches=result.screened,
     )
 
 
@@ -103,8 +118,15 @@ def run_mutants(
     rounds: int = 1,
     device: str = "cpu",
     progress: bool = True,
+    targeted: bool = True,
+    seconds: float | None = None,
+    seed: int = 0,
 ) -> list[SelfTestRecord]:
-    """Run the blind campaign on each mutant (default: every CPU mutant)."""
+    """Run the blind campaign on each mutant (default: every CPU mutant).
+
+    ``targeted=False`` with ``seconds`` is the search-only self-test: each mutant faces the
+    Hypothesis search alone for at most ``seconds``, and its record says when it died.
+    """
     chosen = [MUTANTS[i] for i in (ids or [m for m in MUTANTS if not MUTANTS[m].gpu_only])]
     records: list[SelfTestRecord] = []
     with Progress(f"mutants, profile {profile}", len(chosen), "mutants", enabled=progress) as bar:
@@ -117,6 +139,9 @@ def run_mutants(
                 rounds=rounds,
                 device=device,
                 progress=False,
+                targeted=targeted,
+                seconds=seconds,
+                seed=seed,
             )
             records.append(record)
             verdict = f"killed by {record.check}" if record.killed else "SURVIVED"
@@ -125,12 +150,20 @@ def run_mutants(
 
 
 def table(records: list[SelfTestRecord]) -> str:
-    """A Markdown table: mutant, killing check, expected checks, samples needed, seconds."""
-    lines = ["| mutant | bug | killed by | expected | samples | seconds |", "|---|---|---|---|---|---|"]
+    """A Markdown table: mutant, killing check, expected checks, samples, seconds (and, for a
+    search-only run, the batches searched and the seconds until the kill)."""
+    search = any(r.found_after is not None or r.batches for r in records)
+    head = "| mutant | bug | killed by | expected | samples | seconds |"
+    rule = "|---|---|---|---|---|---|"
+    if search:
+        head, rule = head + " batches | killed after s |", rule + "---|---|"
+    lines = [head, rule]
     for r in records:
         bug = MUTANTS[r.id].bug if r.id in MUTANTS else ""
         killer = r.check if r.killed else "**survived**"
-        lines.append(
-            f"| {r.id} | {bug} | {killer} | {', '.join(r.expected)} | {r.samples} | {r.seconds:.1f} |"
-        )
+        line = f"| {r.id} | {bug} | {killer} | {', '.join(r.expected)} | {r.samples} | {r.seconds:.1f} |"
+        if search:
+            after = "-" if r.found_after is None else f"{r.found_after:.1f}"
+            line += f" {r.batches} | {after} |"
+        lines.append(line)
     return "\n".join(lines)

@@ -66,6 +66,20 @@ def _zero_mass_drafts(method: Method) -> SpecBatch:
     )
 
 
+def _underflow(method: Method) -> SpecBatch:
+    """Drafts whose p and q lie below float32's normal range (1.2e-38), with a ratio near 1, at T = 1.
+
+    Exact (log-space) arithmetic accepts each draft with probability ``min(1, p/q)``, often 1; in
+    fp32 probabilities both are 0 and every draft is rejected (M27), which only a sampler that
+    declares ``fp32-probs`` may do.
+    """
+    rng = np.random.default_rng(5)
+    target = -rng.uniform(88.0, 700.0, size=(3, VOCAB))
+    target[:, 0] = 0.0
+    draft = target[:2] + rng.uniform(-3.0, 3.0, size=(2, VOCAB))
+    return make_batch([RequestData(target, [7, VOCAB - 2], draft, temperature=1.0, seed=51)], method=method)
+
+
 def _greedy_and_slots(method: Method) -> SpecBatch:
     """Greedy requests with tied maxima beside sampled ones, drafts read through permuted slots."""
     rng = np.random.default_rng(3)
@@ -118,6 +132,7 @@ SHAPES: dict[str, TargetedCase] = {
         TargetedCase("greedy and slots", "M14 M15 M18", _greedy_and_slots),
         TargetedCase("synthetic", "M22", lambda method: _synthetic()),
         TargetedCase("nan rows", "M17", _nan_rows),
+        TargetedCase("underflow", "M27", _underflow),
     )
 }
 

@@ -14,12 +14,25 @@ draft whose ``p`` and ``q`` both underflow is never accepted.
 
 from __future__ import annotations
 
+import dataclasses
+import os
+
 import torch
 
 from specsample.reference.contract import FP32_TINY, Capabilities, SpecBatch, SpecOutput
 from specsample.reference.law import MAX_TEMPERATURE
 
 _MASK64 = (1 << 64) - 1
+
+# Bytes `torch_sample` holds at its peak per target logit, beyond the batch's own logits, counted on its
+# widest path (probabilistic, draft logits given): four fp32 [rows, V] tensors it keeps (the argmax
+# copy, target probabilities, sampling law, draft probabilities: 16), and on top of them either the
+# final rows' weights and residual (8) with `_inverse_cdf`'s float64 copy and CDF (16) when every row
+# is a final row, 40; or, before the draft probabilities exist, `row_probs` on the draft rows (a
+# gathered copy and five temporaries, 25 on 12), 37.
+# The CPU's peak resident memory gives 32 to 36. 64 leaves room for the CUDA caching allocator's
+# rounding and fragmentation.
+BYTES_PER_LOGIT = 64
 
 
 def generator_seed(seed: int, step: int) -> int:
@@ -68,11 +81,101 @@ class TorchRejectionSampler:
         return torch_sample(batch)
 
 
+def free_memory(device: torch.device) -> int:
+    """Bytes free for intermediates on ``device``: the GPU's free memory plus the blocks PyTorch's
+    caching allocator holds unused, or the host's available memory for the CPU."""
+    if device.type == "cuda":
+        free = torch.cuda.mem_get_info(device)[0]
+        return free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def request_chunks(counts: list[int], vocab_size: int, max_logits: int) -> list[tuple[int, int]]:
+    """Contiguous request ranges ``[lo, hi)`` covering ``counts``, each within ``max_logits`` target logits.
+
+    One range when the whole batch fits. Otherwise the rows are shared out evenly over as few ranges
+    as the limit allows, and no request is split (one whose rows alone pass the limit gets a range
+    of its own). A range holds at least two rows, one row past the limit if need be: PyTorch's CPU
+    sum reduces a lone row in another order than a row among others, and a range must compute what
+    the whole batch does.
+    """
+    rows = [n + 1 for n in counts]
+    total = sum(rows)
+    if total * vocab_size <= max_logits:
+        return [(0, len(counts))]
+    max_rows = max(2, max_logits // vocab_size)
+    num_chunks = -(-total // max_rows)
+    rows_per_chunk = -(-total // num_chunks)
+    chunks, lo, taken = [], 0, 0
+    for b, r in enumerate(rows):
+        if taken >= 2 and taken + r > rows_per_chunk:
+            chunks.append((lo, b))
+            lo, taken = b, 0
+        taken += r
+    if taken < 2 and chunks:  # a lone last row joins the range before it
+        lo = chunks.pop()[0]
+    chunks.append((lo, len(rows)))
+    return chunks
+
+
+def select_request_range(batch: SpecBatch, counts: list[int], lo: int, hi: int) -> SpecBatch:
+    """Requests ``lo ... hi - 1`` of ``batch`` as a batch of their own (views of its tensors).
+
+    Target rows, flat draft rows and draft ids are contiguous per request, so each is one slice;
+    slotted draft logits are shared whole and read through the requests' own slots.
+    """
+    cu = [0]
+    for n in counts:
+        cu.append(cu[-1] + n)
+    draft_lo, draft_hi = cu[lo], cu[hi]
+    draft_logits = batch.draft_logits
+    if draft_logits is not None and not batch.slotted:
+        draft_logits = draft_logits[draft_lo:draft_hi]
+    return dataclasses.replace(
+        batch,
+        target_logits=batch.target_logits[draft_lo + lo : draft_hi + hi],
+        draft_logits=draft_logits,
+        draft_token_ids=batch.draft_token_ids[draft_lo:draft_hi],
+        cu_num_drafts=batch.cu_num_drafts[lo : hi + 1] - batch.cu_num_drafts[lo],
+        temperature=batch.temperature[lo:hi],
+        seed=batch.seed[lo:hi],
+        step=batch.step[lo:hi],
+        draft_slot=None if batch.draft_slot is None else batch.draft_slot[lo:hi],
+        max_num_drafts=max(counts[lo:hi]),
+    )
+
+
 def torch_sample(batch: SpecBatch) -> SpecOutput:
-    """Run the textbook rejection sampler of ``batch.method`` on ``batch``."""
+    """Run the textbook rejection sampler of ``batch.method`` on ``batch``.
+
+    A batch whose intermediates (`BYTES_PER_LOGIT` per target logit) would not fit the device's free
+    memory runs in contiguous ranges of requests, one call each. A request's output depends on its own
+    rows, seed and step only, so the ranges' outputs, padded to the batch's width (``-1`` tokens,
+    ``nan`` logprobs) and stacked, are those of one call: bit for bit on the CPU; on a GPU PyTorch
+    chooses a reduction's order by the tensor's shape, so a row's normaliser can differ in its last bit.
+    """
     batch.validate(check_values=True)
-    device = batch.device
     counts = batch.num_drafts()
+    chunks = request_chunks(counts, batch.vocab_size, free_memory(batch.device) // BYTES_PER_LOGIT)
+    if len(chunks) == 1:
+        return _sample(batch, counts)
+    width = batch.resolved_max_num_drafts() + 1
+    token_ids, num_emitted, logprobs = [], [], []
+    for lo, hi in chunks:
+        part = _sample(select_request_range(batch, counts, lo, hi), counts[lo:hi])
+        assert part.logprobs is not None
+        pad = (0, width - part.token_ids.shape[1])
+        token_ids.append(torch.nn.functional.pad(part.token_ids, pad, value=-1))
+        logprobs.append(torch.nn.functional.pad(part.logprobs, pad, value=float("nan")))
+        num_emitted.append(part.num_emitted)
+    return SpecOutput(
+        token_ids=torch.cat(token_ids), num_emitted=torch.cat(num_emitted), logprobs=torch.cat(logprobs)
+    )
+
+
+def _sample(batch: SpecBatch, counts: list[int]) -> SpecOutput:
+    """`torch_sample` in one call: every intermediate materialised for the whole (validated) batch."""
+    device = batch.device
     num_requests, vocab_size = batch.num_requests, batch.vocab_size
     max_n = batch.resolved_max_num_drafts()
     width = max_n + 1

@@ -53,6 +53,8 @@ class Profile:
         sizes: the sizes of generated batches.
         fuzz_examples_per_round: Hypothesis examples per fuzz search round.
         fuzz_seconds: a campaign's default time budget.
+        screen_trials: trials per request with which the fuzz search screens a batch; a batch that
+            looks suspicious is confirmed with ``num_samples`` fresh ones.
         derandomize: whether Hypothesis runs derandomized, without an example database.
     """
 
@@ -66,17 +68,30 @@ class Profile:
     sizes: Sizes
     fuzz_examples_per_round: int
     fuzz_seconds: float
+    screen_trials: int
     derandomize: bool = False
 
 
 PROFILES: dict[str, Profile] = {
     p.name: p
     for p in (
-        Profile("ci", 25, 8, 6, 2000, 2, 1e-6, Sizes(4097, 4, 4, CPU_BLOCK_SIZES), 4, 60.0, derandomize=True),
-        Profile("dev", 25, 20, 10, 4000, 4, 1e-6, Sizes(4097, 6, 6, CPU_BLOCK_SIZES), 25, 300.0),
-        Profile("gpu", 100, 25, 10, 20000, 4, 1e-6, Sizes(262144, 64, 8, GPU_BLOCK_SIZES), 50, 600.0),
         Profile(
-            "nightly", 1000, 250, 50, 100000, 8, 1e-6, Sizes(262144, 256, 16, GPU_BLOCK_SIZES), 200, 3600.0
+            "ci", 25, 8, 6, 2000, 2, 1e-6, Sizes(4097, 4, 4, CPU_BLOCK_SIZES), 4, 60.0, 200, derandomize=True
+        ),
+        Profile("dev", 25, 20, 10, 4000, 4, 1e-6, Sizes(4097, 6, 6, CPU_BLOCK_SIZES), 25, 300.0, 300),
+        Profile("gpu", 100, 25, 10, 20000, 4, 1e-6, Sizes(262144, 64, 8, GPU_BLOCK_SIZES), 50, 600.0, 2000),
+        Profile(
+            "nightly",
+            1000,
+            250,
+            50,
+            100000,
+            8,
+            1e-6,
+            Sizes(262144, 256, 16, GPU_BLOCK_SIZES),
+            200,
+            3600.0,
+            10000,
         ),
     )
 }

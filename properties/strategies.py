@@ -13,7 +13,8 @@ batches. Block sizes are a parameter: vocabulary sizes gather at ``BLOCK - 1``, 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -48,6 +49,7 @@ FAMILIES = (
     "draft_zero",
     "ties",
     "tiny",
+    "underflow",
     "needle",
     "odd",
 )
@@ -100,9 +102,16 @@ def steps() -> st.SearchStrategy[int]:
 
 
 def family_logits(
-    rng: np.random.Generator, family: str, num_drafts: int, vocab_size: int, block_size: int = 4096
+    rng: np.random.Generator,
+    family: str,
+    num_drafts: int,
+    vocab_size: int,
+    block_size: int = 4096,
+    temperature: float = 1.0,
 ) -> tuple[F64Array, F64Array]:
     """``(target [n + 1, V], draft [n, V])`` logits of one family, built with numpy from ``rng``.
+
+    ``temperature`` is the request's; only ``underflow`` uses it, to scale its logits to it.
 
     Families (and the bugs they expose):
 
@@ -126,6 +135,10 @@ def family_logits(
     - ``ties``: integer logits, so exact ties everywhere. Tie breaking (lowest index), greedy chains
       (M14) and Gumbel-max ties.
     - ``tiny``: logit gaps of 80 to 110, so most probabilities lie near or below float32 subnormals.
+    - ``underflow``: ``q`` within a few nats of ``p``, every token but one 88 to 700 nats (at the
+      request's temperature) below the top: probabilities that float64 holds and float32 flushes to
+      zero, with ratios near 1. A draft there must be accepted about as often as not; a sampler in
+      fp32 probabilities that declares log-space arithmetic rejects it every time (M27).
       Underflow to zero, flush-to-zero on the GPU, ``log(0)`` and mass lost in the tail.
     - ``needle``: all mass on a few adversarial ids (0, ``V - 1``, the last tile, block edges) in a
       vocabulary that is otherwise ``-inf``: a dropped last tile (M16), a wrong row offset (M11),
@@ -182,6 +195,12 @@ def family_logits(
         for logits in (target, draft):
             logits[...] = -rng.uniform(80, 110, size=logits.shape)
             logits[np.arange(logits.shape[0]), rng.integers(0, vocab, logits.shape[0])] = 0.0
+    elif family == "underflow":
+        scale = temperature if 0.0 < temperature < np.inf else 1.0
+        target = -rng.uniform(88, 700, size=(rows, vocab))
+        target[np.arange(rows), rng.integers(0, vocab, rows)] = 0.0
+        draft = target[:num_drafts] + rng.uniform(-3, 3, size=(num_drafts, vocab))
+        target, draft = target * scale, draft * scale
     elif family == "needle":
         last_tile = vocab - (vocab % block_size or block_size)
         candidates = np.unique(
@@ -272,6 +291,7 @@ def spec_batches(
     placeholders: bool = True,
     device: str | torch.device = "cpu",
     capabilities: Capabilities | None = None,
+    describe: Callable[[dict[str, Any]], None] | None = None,
 ) -> SpecBatch:
     """Valid `SpecBatch` objects mixing every family, shape and odd case of DESIGN.md.
 
@@ -298,6 +318,8 @@ def spec_batches(
         placeholders: whether drafts may be placeholders.
         device: where the batch's tensors live.
         capabilities: a sampler's declared capabilities: every batch lies inside them (`in_domain`).
+        describe: called with each drawn batch's description (method, vocab_size, dtype, layout,
+            placeholders, and per request its family, temperature and num_drafts), for coverage.
     """
     sizes = profiles.get(profile).sizes
     caps = capabilities or Capabilities()
@@ -319,19 +341,21 @@ def spec_batches(
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     placeholder_rate = draw(st.sampled_from([0.0, 0.2])) if placeholders else 0.0
     temperature_choices = temperatures() if greedy else temperatures().filter(lambda t: t > 0)
-    requests = []
+    requests, described = [], []
     for _ in range(num_requests):
         n = draw(st.integers(0, drafts_cap))
         family = draw(st.sampled_from(list(families)))
         temperature = draw(temperature_choices)
         temperature = 0.0 if temperature < caps.greedy_below else temperature
         target, draft = (
-            in_domain(logits, caps) for logits in family_logits(rng, family, n, vocab_size, block_size)
+            in_domain(logits, caps)
+            for logits in family_logits(rng, family, n, vocab_size, block_size, temperature)
         )
         choice = draw(st.sampled_from(DRAFT_CHOICES))
         ids = choose_drafts(rng, choice, target, draft, temperature, placeholder_rate)
         if not caps.out_of_range_ids:
             ids = np.where(ids >= vocab_size, -1, ids)
+        described.append({"family": family, "temperature": temperature, "num_drafts": n})
         requests.append(
             RequestData(
                 target_logits=target,
@@ -363,6 +387,17 @@ def spec_batches(
         num_slots = num_requests + draw(st.integers(0, 3))
         slots = [int(s) for s in rng.permutation(num_slots)[:num_requests]]
         capacity = max(most, 1) + draw(st.integers(0, 2))
+    if describe is not None:
+        describe(
+            {
+                "method": method,
+                "vocab_size": vocab_size,
+                "dtype": str(dtype).removeprefix("torch."),
+                "layout": kind,
+                "placeholders": placeholder_rate > 0,
+                "requests": described,
+            }
+        )
     return make_batch(
         requests,
         method=method,

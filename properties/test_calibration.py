@@ -68,7 +68,7 @@ def test_checks_are_calibrated_under_the_reference(case: str) -> None:
     method, one_hot = CALIBRATION_CASES[case]
     batch = _calibration_batch(method, one_hot)
     sampler = WalkSampler()
-    verdict_pvalues: dict[str, list[float]] = {"law_of_m": [], "law_of_y": [], "marginal": []}
+    verdict_pvalues: dict[str, list[float]] = {"law_of_m": [], "law_of_y": [], "marginal": [], "steps": []}
     single: dict[str, list[float]] = {"joint law": [], "marginal at 0": []}
     for seed in range(CALIBRATION_SEEDS):
         trials = draw_trials(sampler, batch, CALIBRATION_TRIALS, seed)
@@ -76,6 +76,8 @@ def test_checks_are_calibrated_under_the_reference(case: str) -> None:
         law_y, _ = law_of_y.components(batch, trials, ALPHA)
         verdict_pvalues["law_of_m"].append(_family_pvalue(law_m))
         verdict_pvalues["law_of_y"].append(_family_pvalue(law_y))
+        over_steps = draw_trials(sampler, batch, CALIBRATION_TRIALS, seed, purpose="steps", vary="step")
+        verdict_pvalues["steps"].append(_family_pvalue(law_of_y.components(batch, over_steps, ALPHA)[0]))
         single["joint law"].extend(
             c.pvalue for c in law_y if c.what.startswith("joint law") and c.request < 2
         )

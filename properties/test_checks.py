@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -165,7 +166,8 @@ def test_the_seed_replays_every_verdict() -> None:
 
 
 def test_discrepancy_grows_with_the_evidence() -> None:
-    """discrepancy is -log10 of the smallest p-value, 1000 for a failed exact check, 0 for nothing."""
+    """discrepancy is -log10 of the Bonferroni-adjusted smallest p-value, 1000 for a failed exact
+    check, 0 for nothing."""
     base = Verdict(
         check="law_of_m",
         status="pass",
@@ -181,6 +183,10 @@ def test_discrepancy_grows_with_the_evidence() -> None:
     assert discrepancy([]) == 0.0
     assert discrepancy([base]) == pytest.approx(2.0)
     assert discrepancy([base, dataclasses.replace(base, pvalue=0.0)]) == pytest.approx(300.0)
+    # Two p-values of 0.01: the smallest counts twice (Bonferroni), so the score is comparable
+    # across batches with different numbers of statistical checks.
+    assert discrepancy([base, base]) == pytest.approx(-math.log10(0.02))
+    assert discrepancy([dataclasses.replace(base, pvalue=0.9)] * 3) == 0.0
     failed = dataclasses.replace(base, check="invariants", status="fail", pvalue=None)
     assert discrepancy([base, failed]) == FAILED_EXACT_DISCREPANCY
 

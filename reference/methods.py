@@ -109,7 +109,8 @@ class Probabilistic(Method):
     name = "probabilistic"
     kernel_code = 0
     uses_draft_law = True
-    targeted = ("verification", "zero-mass drafts", "greedy and slots", "nan rows")
+    strategy_weight = 2  # the most rules (ratio, residual, fallback), and what engines run by default
+    targeted = ("verification", "zero-mass drafts", "greedy and slots", "nan rows", "underflow")
 
     def accept_probability(self, target: F64Array, draft: F64Array, token: int, rate: float) -> float:
         """``P(p > u * q)`` for ``u ~ U[0, 1)``: ``min(1, p / q)``; 1 if ``q = 0 < p``; 0 if ``p = 0``."""

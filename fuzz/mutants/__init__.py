@@ -177,5 +177,29 @@ MUTANTS: dict[str, Mutant] = {
             "law_of_y",
             gpu_only=True,
         ),
+        _m("M24", "m24_step_ignored", "StepIgnored", "step not mixed into the random stream", "steps"),
+        _m(
+            "M25",
+            "m25_uninitialised_tail",
+            "UninitialisedTail",
+            "padding after num_emitted left uninitialised",
+            "determinism",
+            "invariants",
+        ),
+        _m(
+            "M26",
+            "m26_softmax_without_max",
+            "SoftmaxWithoutMax",
+            "softmax without max subtraction",
+            "invariants",
+            "law_of_y",
+        ),
+        _m(
+            "M27",
+            "m27_fp32_probs_declared_log",
+            "Fp32ProbsDeclaredLog",
+            "fp32 probabilities while declaring log space",
+            "law_of_m",
+        ),
     ]
 }

@@ -8,6 +8,8 @@
 - ``law_of_y``: the joint law of ``(m, y)`` and the law of ``y`` given each ``m`` follow the exact law.
 - ``marginal``: with the drafts drawn from ``q``, every reached position follows ``p`` (lossless
   methods).
+- ``steps``: with each request's seed fixed, outputs over distinct steps follow the exact law (a
+  sampler that ignores the step repeats itself every decoding step).
 - ``composition``: a request's output does not depend on the rest of the batch, its place in it, or
   the slot permutation that holds its drafts.
 - ``determinism``: the same batch gives the same output twice.
@@ -36,6 +38,7 @@ from specsample.properties.checks import (
     law_of_m,
     law_of_y,
     marginal,
+    steps,
 )
 from specsample.properties.checks.base import (
     DEFAULT_ALPHA,
@@ -59,6 +62,7 @@ CHECKS: dict[str, Check] = {
         law_of_m.CHECK,
         law_of_y.CHECK,
         marginal.CHECK,
+        steps.CHECK,
         composition.CHECK,
         determinism.CHECK,
     )
@@ -200,18 +204,21 @@ def compare_variants(
 
 
 def discrepancy(verdicts: Sequence[Verdict]) -> float:
-    """A scalar >= 0 that grows as the verdicts look worse, for `hypothesis.target`.
+    """A scalar >= 0 that grows as the verdicts look worse, comparable across batches.
 
-    The largest ``-log10(pvalue)`` of the statistical verdicts (capped at 300); a failed exact check
-    scores `FAILED_EXACT_DISCREPANCY`. Zero when there is nothing to score.
+    ``-log10`` of the Bonferroni-adjusted smallest p-value of the statistical verdicts (``k`` times
+    the smallest of ``k``, capped at 1; the score at most 300): under a correct sampler it exceeds
+    ``s`` with probability at most ``10**-s`` whatever the batch, which is what makes it comparable
+    for `hypothesis.target`. A failed exact check scores `FAILED_EXACT_DISCREPANCY`. Zero when there
+    is nothing to score.
     """
-    score = 0.0
-    for v in verdicts:
-        if v.pvalue is not None:
-            score = max(score, min(300.0, -math.log10(max(v.pvalue, 1e-300))))
-        elif not v.passed:
-            score = max(score, FAILED_EXACT_DISCREPANCY)
-    return score
+    pvalues = [v.pvalue for v in verdicts if v.pvalue is not None]
+    if any(v.pvalue is None and v.failed for v in verdicts):
+        return FAILED_EXACT_DISCREPANCY
+    if not pvalues:
+        return 0.0
+    adjusted = min(1.0, len(pvalues) * min(pvalues))
+    return min(300.0, -math.log10(max(adjusted, 1e-300)))
 
 
 __all__ = [

@@ -22,6 +22,7 @@ import torch
 from specsample.properties import stats
 from specsample.properties.batching import draft_counts, pad_output, select_requests
 from specsample.reference.contract import (
+    MAX_STEP,
     Arithmetic,
     SpecBatch,
     SpecOutput,
@@ -329,6 +330,7 @@ class Trials:
         draft_token_ids: the replicas' drafts, request-major, or ``None`` for the batch's own.
         seconds: wall time of the variant calls.
         problems: shape and dtype violations of the raw outputs.
+        steps: ``[B * N]`` the replicas' steps, or ``None`` for their requests' own.
     """
 
     batch: SpecBatch
@@ -338,6 +340,7 @@ class Trials:
     draft_token_ids: I64Array | None
     seconds: float
     problems: list[str] = field(default_factory=list)
+    steps: I64Array | None = None
 
     def rows(self, request: int) -> slice:
         """The rows of ``output`` that hold ``request``'s trials."""
@@ -352,11 +355,16 @@ class Trials:
 
     def replicas(self, rows: I64Array) -> SpecBatch:
         """The batch of replicas ``rows``, as the variant saw them."""
-        return replicas(self.batch, self.num_trials, self.seeds, self.draft_token_ids, rows)
+        return replicas(self.batch, self.num_trials, self.seeds, self.draft_token_ids, rows, self.steps)
 
 
 def replicas(
-    batch: SpecBatch, num_trials: int, seeds: I64Array, draft_token_ids: I64Array | None, rows: I64Array
+    batch: SpecBatch,
+    num_trials: int,
+    seeds: I64Array,
+    draft_token_ids: I64Array | None,
+    rows: I64Array,
+    steps: I64Array | None = None,
 ) -> SpecBatch:
     """Replicas ``rows`` of ``batch`` (replica ``b * num_trials + t`` is request ``b``) on its device."""
     index = rows // num_trials
@@ -366,7 +374,8 @@ def replicas(
         starts = np.concatenate([[0], np.cumsum(np.repeat(draft_counts(batch), num_trials))])[rows]
         take = np.concatenate([np.arange(s, s + c) for s, c in zip(starts, counts, strict=True)] or [[]])
         ids = torch.as_tensor(draft_token_ids[take.astype(np.int64)], dtype=torch.int64)
-    return select_requests(batch, index, seed=seeds[rows], draft_token_ids=ids)
+    step = None if steps is None else steps[rows]
+    return select_requests(batch, index, seed=seeds[rows], step=step, draft_token_ids=ids)
 
 
 def _call(variant: Variant, part: SpecBatch, problems: list[str]) -> SpecOutput:
@@ -439,6 +448,7 @@ def draw_trials(
     draft_token_ids: I64Array | None = None,
     purpose: str = "trials",
     max_elements: int | None = None,
+    vary: Literal["seed", "step"] = "seed",
 ) -> Trials:
     """Run ``variant`` on ``num_trials`` replicas of every request of ``batch`` with fresh seeds.
 
@@ -454,21 +464,34 @@ def draw_trials(
             marginal check draws them from ``q``).
         purpose: separates the seed streams of different uses.
         max_elements: the most logits per variant call.
+        vary: ``"seed"`` gives each replica a fresh seed (its request's step); ``"step"`` keeps the
+            request's seed and gives each replica a fresh step, distinct within the request.
     """
     if num_trials < 1:
         raise ValueError(f"num_trials is {num_trials}; expected at least 1")
     index = np.repeat(np.arange(batch.num_requests), num_trials)
     seeds = trial_seeds(seed, purpose, index.size)
+    steps = None
+    if vary == "step":
+        seeds = batch.seed.detach().cpu().numpy().astype(np.int64)[index]
+        steps = distinct_steps(seed, purpose, batch.num_requests, num_trials)
     ids = None if draft_token_ids is None else np.asarray(draft_token_ids, dtype=np.int64)
     budget = max_elements or elements_per_call(batch.device)
     start = time.perf_counter()
     problems: list[str] = []
     outputs = [
-        _call(variant, replicas(batch, num_trials, seeds, ids, rows), problems)
+        _call(variant, replicas(batch, num_trials, seeds, ids, rows, steps), problems)
         for rows in _chunks(batch, index, budget)
     ]
     output = pad_output(outputs, batch.resolved_max_num_drafts() + 1)
-    return Trials(batch, output, num_trials, seeds, ids, time.perf_counter() - start, problems)
+    return Trials(batch, output, num_trials, seeds, ids, time.perf_counter() - start, problems, steps)
+
+
+def distinct_steps(seed: int, purpose: str, num_requests: int, num_trials: int) -> I64Array:
+    """``[num_requests * num_trials]`` steps in ``[0, MAX_STEP)``, distinct within each request."""
+    rng = derived_rng(seed, f"{purpose} steps")
+    rows = [rng.choice(MAX_STEP, size=num_trials, replace=False) for _ in range(num_requests)]
+    return np.concatenate(rows).astype(np.int64) if rows else np.zeros(0, dtype=np.int64)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,244 @@
+"""The search: budgets kept, trials where they pay (screen, then confirm on fresh trials), coverage."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats as scipy_stats
+
+from specsample.fuzz import campaign
+from specsample.fuzz.campaign import (
+    CONFIRM_SEED,
+    GRACE,
+    SCREEN_LEVEL,
+    CostModel,
+    _stages,
+    _suspicious,
+    run_campaign,
+)
+from specsample.fuzz.coverage import Coverage, temperature_bucket
+from specsample.fuzz.mutants import MUTANTS
+from specsample.fuzz.reproducer import load_reproducer
+from specsample.fuzz.selftest import Blind
+from specsample.properties import profiles
+from specsample.properties.checks import CHECKS, discrepancy, run_checks
+from specsample.properties.checks.determinism import poisoned
+from specsample.reference.contract import Capabilities, RequestData, make_batch
+from specsample.reference.walk import WalkSampler
+
+
+def _batch(seed: int = 0) -> object:
+    rng = np.random.default_rng(seed)
+    return make_batch(
+        [
+            RequestData(rng.normal(size=(3, 12)), [1, 4], rng.normal(size=(2, 12)), temperature=1.0, seed=5),
+            RequestData(rng.normal(size=(2, 12)), [7], rng.normal(size=(1, 12)), temperature=0.7, seed=6),
+        ]
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Budgets
+
+
+@pytest.mark.parametrize("spec", ["walk", "M09"])
+def test_a_campaign_ends_within_its_budget_plus_grace(spec: str) -> None:
+    """A 6 s campaign (targeted cases, search, and for the mutant a confirmation and shrinking) ends
+    within 6 s plus `GRACE` of it, plus half a second for the last screen of a small batch."""
+    variant = Blind(MUTANTS[spec].load()) if spec in MUTANTS else Blind(WalkSampler())
+    start = time.monotonic()
+    result = run_campaign(variant, spec, profile="ci", seconds=6.0, progress=False)
+    elapsed = time.monotonic() - start
+    assert elapsed <= 6.0 * (1 + GRACE) + 0.5, f"{spec}: {elapsed:.1f} s"
+    assert result.seconds <= elapsed
+    assert (result.failure is not None) == (spec != "walk"), result.describe()
+
+
+def test_trials_are_sized_to_the_time_left() -> None:
+    """The cost model separates the cost that grows with the trials from the cost that does not, and
+    gives a larger batch fewer trials for the same time, never more than wanted."""
+    cost = CostModel()
+    small, large = _batch(), make_batch([RequestData(np.zeros((5, 4000)), [1] * 4, np.zeros((4, 4000)))])
+    assert cost.trials_within(1.0, small, 500) == campaign.FIRST_SCREEN_TRIALS  # nothing measured yet
+    # Runs of 0.2 s fixed plus 0.01 s per trial on the small batch.
+    for trials in (10, 50, 100):
+        cost.record(0.2 + 0.01 * trials, trials, small)
+    assert cost.trials_within(float("inf"), small, 500) == 500
+    assert cost.trials_within(10.0, small, 500) == 500
+    assert cost.trials_within(1.2, small, 500) == pytest.approx(100, abs=1)
+    assert cost.trials_within(0.1, small, 500) == 0  # less than the fixed cost
+    assert cost.seconds_for(small, 100) == pytest.approx(1.2)
+    assert cost.trials_within(1.2, large, 500) < 2
+
+
+# ---------------------------------------------------------------------------------------------
+# Screen, then confirm
+
+
+def test_suspicion_is_bonferroni_adjusted_and_confirmation_stages_grow() -> None:
+    """A check is suspicious when k times its p-value is below the screen level (k statistical
+    verdicts); exact verdicts do not count. Stages grow to the full trials."""
+    verdicts = run_checks(WalkSampler(), _batch(), num_samples=50, seed=1)
+    statistical = [v for v in verdicts if v.pvalue is not None]
+    k = len(statistical)
+    assert k >= 3 and len(verdicts) > k
+    first = verdicts.index(statistical[0])
+
+    def with_pvalues(first_p: float, others: float) -> list:  # type: ignore[type-arg]
+        return [
+            v if v.pvalue is None else dataclasses.replace(v, pvalue=first_p if i == first else others)
+            for i, v in enumerate(verdicts)
+        ]
+
+    assert _suspicious(with_pvalues(0.9 * SCREEN_LEVEL / k, 1.0)) == [statistical[0].check]
+    assert not _suspicious(with_pvalues(1.1 * SCREEN_LEVEL / k, 1.1 * SCREEN_LEVEL / k))
+    assert _stages(200, 4000) == [800, 4000]
+    assert _stages(1500, 4000) == [4000]
+
+
+def test_screens_of_a_correct_sampler_are_rarely_suspicious() -> None:
+    """Under the walk, a screen is suspicious (Bonferroni-adjusted p < 0.01) at most about 1 time in
+    100: over 300 screens of 60 trials, the count stays within the binomial(300, 0.01) bound at 1e-6
+    (14). A screen that flagged 1 batch in 10 (a Bonferroni factor missing, say) would exceed that
+    bound with probability above 0.999."""
+    batch = _batch(3)
+    screens = 300
+    suspicious = sum(
+        bool(_suspicious(run_checks(WalkSampler(), batch, num_samples=60, seed=seed)))
+        for seed in range(screens)
+    )
+    bound = int(scipy_stats.binom.isf(1e-6, screens, SCREEN_LEVEL))
+    assert suspicious <= bound, f"{suspicious} of {screens} screens suspicious"
+    assert scipy_stats.binom.cdf(bound, screens, 0.1) < 1e-3
+
+
+def test_a_statistical_failure_comes_from_a_confirmation_on_fresh_trials(tmp_path: Path) -> None:
+    """M09 fails a statistical check; the reproducer holds a confirmation stage's seed and trials,
+    and replays to the same verdict."""
+    result = run_campaign(
+        Blind(MUTANTS["M09"].load()), "M09", profile="ci", seconds=30.0, corpus=tmp_path, progress=False
+    )
+    assert result.failure is not None and result.failure.pvalue is not None, result.describe()
+    assert result.confirmations >= 1
+    assert result.reproducer is not None
+    reproducer = load_reproducer(result.reproducer)
+    assert reproducer.seed >= CONFIRM_SEED  # a confirmation's seed, never a screen's
+    replayed = CHECKS[reproducer.check].run(
+        Blind(MUTANTS["M09"].load()),
+        reproducer.batch,
+        num_samples=reproducer.num_samples,
+        alpha=reproducer.alpha,
+        seed=reproducer.seed,
+    )
+    assert replayed.failed and replayed.pvalue == pytest.approx(result.failure.pvalue)
+
+
+def test_discrepancy_of_a_correct_sampler_is_comparable_across_batches() -> None:
+    """Under the walk, P(discrepancy > s) <= 10**-s whatever the batch: over 60 screens of two batch
+    shapes, none scores above 3 + log10(60) (probability at most 1e-3 under the bound)."""
+    scores = [
+        discrepancy(run_checks(WalkSampler(), _batch(b), num_samples=60, seed=seed))
+        for b in (0, 1)
+        for seed in range(30)
+    ]
+    assert max(scores) < 3 + np.log10(60)
+
+
+# ---------------------------------------------------------------------------------------------
+# New bug classes: steps, uninitialised memory, precision
+
+
+def test_a_sampler_that_ignores_the_step_fails_the_steps_check_only() -> None:
+    """M24 draws the same uniforms at every step: the law checks (seeds varied) pass; steps fails."""
+    m24 = Blind(MUTANTS["M24"].load())
+    verdicts = {v.check: v for v in run_checks(m24, _batch(), num_samples=400, seed=2)}
+    assert verdicts["steps"].failed, verdicts["steps"].message
+    assert not verdicts["law_of_y"].failed and not verdicts["law_of_m"].failed
+    correct = CHECKS["steps"].run(WalkSampler(), _batch(), num_samples=400, seed=2)
+    assert correct.passed, correct.message
+    assert correct.detectable is not None and correct.detectable.unit == "total variation"
+
+
+def test_poisoned_allocations_differ_between_the_two_calls_and_are_restored() -> None:
+    """torch.empty and its kin come filled with a different pattern in each block, then are restored,
+    even when the block raises."""
+    original = torch.empty
+    with poisoned(0):
+        a = torch.empty(4, dtype=torch.int64)
+        b = torch.zeros(2).new_empty(3)
+    with poisoned(1):
+        c = torch.empty(4, dtype=torch.int64)
+        d = torch.empty_like(torch.zeros(3))
+    assert (a != c).all() and torch.isnan(b).all() and (d == 0.5).all()
+    with pytest.raises(RuntimeError), poisoned(0):
+        raise RuntimeError("inside")
+    assert torch.empty is original
+
+
+def test_output_read_from_uninitialised_memory_fails_determinism() -> None:
+    """M25 leaves the padding after num_emitted unwritten: under the two poisons the outputs differ."""
+    verdict = CHECKS["determinism"].run(Blind(MUTANTS["M25"].load()), _batch(), num_samples=8, seed=0)
+    assert verdict.failed, verdict.message
+    assert CHECKS["determinism"].run(WalkSampler(), _batch(), num_samples=8, seed=0).passed
+
+
+@pytest.mark.parametrize("mutant", ["M26", "M27"])
+def test_precision_mutants_fail_on_their_targeted_shapes(mutant: str) -> None:
+    """M26 (no max subtraction) dies at a tiny temperature; M27 (fp32 probabilities declared as log
+    space) on drafts below float32's normal range."""
+    from specsample.fuzz.targeted import targeted_batches
+
+    variant = Blind(MUTANTS[mutant].load())
+    if mutant == "M26":
+        rng = np.random.default_rng(4)
+        batch = make_batch([RequestData(rng.normal(size=(2, 20)) * 3, [5], rng.normal(size=(1, 20)), 1e-3)])
+    else:
+        batch = dict(targeted_batches(("probabilistic",)))["probabilistic: underflow"]
+    verdicts = run_checks(variant, batch, num_samples=300, seed=1)
+    assert any(v.failed for v in verdicts), [v.message for v in verdicts]
+    assert not any(v.failed for v in run_checks(WalkSampler(), batch, num_samples=300, seed=1))
+
+
+# ---------------------------------------------------------------------------------------------
+# Coverage
+
+
+def test_coverage_counts_buckets_and_names_what_was_missed() -> None:
+    """Each dimension counts its buckets; buckets never reached are listed, and only possible ones."""
+    coverage = Coverage.of(profiles.get("ci"), Capabilities(methods=("probabilistic",)))
+    assert coverage.possible["methods"] == ["probabilistic"]
+    coverage.observe(
+        {
+            "method": "probabilistic",
+            "vocab_size": 4097,
+            "dtype": "float32",
+            "layout": "flat",
+            "placeholders": False,
+            "requests": [
+                {"family": "peaked", "temperature": 0.0, "num_drafts": 0},
+                {"family": "tiny", "temperature": 1e-30, "num_drafts": 3},
+            ],
+        }
+    )
+    missing = coverage.missing()
+    assert "methods" not in missing and "families" in missing and "peaked" not in missing["families"]
+    assert missing["temperatures"] == ["cold", "about 1", "hot", "huge"]
+    assert "4097" not in missing["vocabulary at a block edge"]
+    assert coverage.counts["drafts per request"]["0"] == 1
+    assert temperature_bucket(1.0) == "about 1" and temperature_bucket(1e4) == "huge"
+    text = "\n".join(coverage.lines())
+    assert "Not covered:" in text and "families:" in text
+    json.dumps(coverage.summary())
+
+
+def test_a_campaign_reports_its_coverage() -> None:
+    """A short search campaign's result holds the coverage of the batches it checked."""
+    result = run_campaign(WalkSampler(), "walk", profile="ci", seconds=4.0, targeted=False, progress=False)
+    assert result.coverage is not None and result.coverage.batches == result.screened > 0
+    assert result.summary()["coverage"]["batches"] == result.screened  # type: ignore[index]
