@@ -21,7 +21,10 @@ def test_a_correct_sampler_passes_and_a_planted_bug_fails(pytester: pytest.Pytes
     options = ("--specsample-profile", "ci", "-q", "-p", "no:cacheprovider")
     correct = pytester.runpytest_subprocess("--specsample-variant", "walk", *options)
     outcomes = correct.parseoutcomes()
-    assert outcomes.get("passed", 0) == 7 and "failed" not in outcomes, correct.stdout.str()
+    from specsample.fuzz.targeted import targeted_batches
+
+    expected = len(targeted_batches()) + 1  # one test per targeted case, and the search
+    assert outcomes.get("passed", 0) == expected and "failed" not in outcomes, correct.stdout.str()
     planted = pytester.runpytest_subprocess("--specsample-variant", "M03", "-x", *options)
     assert planted.parseoutcomes().get("failed") == 1, planted.stdout.str()
     assert "law_of_y FAILS" in planted.stdout.str()
