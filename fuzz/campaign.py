@@ -14,7 +14,7 @@ search on the screen's Bonferroni-adjusted discrepancy, comparable across batche
 The first failure stops the campaign, is shrunk by Hypothesis to a minimal batch (unless shrinking
 is off) until the budget's grace runs out, and is written as a reproducer. Random choices inside the
 checks derive from a seed drawn with the case, so a failure replays exactly. Trials are sized to the
-time left (`CostModel`) and every call to the device's free memory, so a campaign ends within its
+time left (`fuzz.budget.CostModel`) and every call to the device's free memory, so a campaign ends within its
 budget plus `GRACE` of it, or one screen past it. At the end it reports what its batches covered
 (`fuzz.coverage`).
 """
@@ -42,12 +42,13 @@ from hypothesis.database import (
 )
 from hypothesis.errors import Flaky
 
+from specsample.fuzz.budget import CostModel
 from specsample.fuzz.coverage import Coverage
 from specsample.fuzz.progress import Progress
 from specsample.fuzz.reproducer import Reproducer, versions
 from specsample.fuzz.targeted import targeted_batches
 from specsample.properties import profiles, strategies
-from specsample.properties.batching import select_requests
+from specsample.properties.batching import on_device
 from specsample.properties.checks import CHECKS, Verdict, discrepancy, run_checks
 from specsample.properties.checks.base import EnvironmentProblem
 from specsample.properties.profiles import Profile
@@ -240,8 +241,6 @@ TARGETED_SHARE = 0.5
 # The search screens a batch in about 1/SCREENS_PER_BUDGET of the budget, or MIN_SCREEN_SECONDS.
 SCREENS_PER_BUDGET = 120
 MIN_SCREEN_SECONDS = 0.25
-# Before anything is measured, a search batch is screened with at most this many trials.
-FIRST_SCREEN_TRIALS = 64
 
 
 def _fingerprint(batch: SpecBatch) -> str:
@@ -255,128 +254,6 @@ def _fingerprint(batch: SpecBatch) -> str:
         else:
             digest.update(f"{name}={value!r}".encode())
     return digest.hexdigest()
-
-
-def work_of(batch: SpecBatch) -> float:
-    """The logits one trial of every request of ``batch`` gathers (64 at least per row)."""
-    rows = int(batch.target_logits.shape[0]) * (2 if batch.draft_logits is not None else 1)
-    return float(rows * max(batch.vocab_size, 64))
-
-
-@dataclass
-class CostModel:
-    """What checking a batch costs, learned from the runs so far: ``seconds = (a + b * t) * work``.
-
-    ``work`` is the logits one trial of every request gathers (`work_of`), ``t`` the trials per
-    request. ``a`` is what does not grow with the trials (the exact law, the invariance checks' few
-    calls; it dominates for a fast sampler on a GPU), ``b`` what does (the sampler's calls, the
-    counting; it dominates for a Python sampler). Both are fitted by least squares on the runs seen,
-    each kept at least zero; a run's estimate is never below what it would cost at the mean rate.
-    """
-
-    runs: list[tuple[float, float, float]] = field(default_factory=list)  # (work, trials, seconds)
-
-    def record(self, seconds: float, trials: int, batch: SpecBatch) -> None:
-        """Learn from a run of ``trials`` per request on ``batch`` that took ``seconds``."""
-        self.runs.append((work_of(batch), float(trials), seconds))
-
-    def coefficients(self) -> tuple[float, float]:
-        """``(a, b)``, fitted to the runs (per unit of work, and per trial and unit of work)."""
-        work = np.array([r[0] for r in self.runs])
-        trials = np.array([r[1] for r in self.runs])
-        seconds = np.array([r[2] for r in self.runs])
-        design = np.stack([work, work * trials], axis=1)
-        if len(self.runs) >= 2 and np.ptp(trials) > 0:
-            (a, b), *_ = np.linalg.lstsq(design, seconds, rcond=None)
-            if a >= 0 and b >= 0:
-                return float(a), float(b)
-        per_trial = float(seconds.sum() / (work * (trials + 1)).sum())  # one rate for both
-        return per_trial, per_trial
-
-    def seconds_for(self, batch: SpecBatch, trials: int) -> float:
-        """About how long the checks of ``batch`` take at ``trials`` per request."""
-        a, b = self.coefficients()
-        return (a + b * trials) * work_of(batch)
-
-    def trials_within(self, seconds: float, batch: SpecBatch, wanted: int) -> int:
-        """The trials per request, at most ``wanted``, whose checks of ``batch`` take about ``seconds``."""
-        if not math.isfinite(seconds):
-            return wanted
-        if not self.runs:
-            return min(wanted, FIRST_SCREEN_TRIALS)
-        a, b = self.coefficients()
-        work = work_of(batch)
-        spare = seconds / work - a
-        if spare <= 0:
-            return 0
-        return min(wanted, int(spare / max(b, 1e-15)))
-
-
-@dataclass(frozen=True)
-class Throughput:
-    """What a sampler costs per trial, measured after its first (compiling) call.
-
-    Attributes:
-        seconds_per_trial: sampler time per trial of every batch together.
-        trials: the trials per request that fit the budget, at most the ones wanted.
-    """
-
-    seconds_per_trial: float
-    trials: int
-
-    def seconds_for(self, trials: int) -> float:
-        """About how long the checks' sampler calls take at ``trials`` per request."""
-        return CALLS_PER_CHECK_RUN * trials * self.seconds_per_trial
-
-
-# Each run of the checks makes about two calls' worth of trials (shared trials, marginal).
-CALLS_PER_CHECK_RUN = 2.0
-
-
-def affordable_samples(
-    variant: Variant,
-    batches: Sequence[SpecBatch],
-    wanted: int,
-    seconds: float,
-    device: str = "cpu",
-    floor: int = 32,
-    probe_trials: int = 64,
-    progress: bool = False,
-) -> Throughput:
-    """The trial count, at most ``wanted``, whose calls on ``batches`` fit in about ``seconds``.
-
-    Each batch is called once untimed (the first call compiles), then the cost is measured with one
-    call of ``min(wanted, probe_trials)`` trials of each batch, the size the checks' calls come in.
-    A fast sampler gets ``wanted``; a slow one (a Triton kernel under the CPU interpreter) gets
-    fewer trials, never fewer than ``floor``. A batch the sampler raises on is left out of the
-    measure (the checks report the error).
-    """
-    trials = max(1, min(wanted, probe_trials))
-    name = getattr(variant, "name", type(variant).__name__)
-    with Progress(
-        f"{name}: warm-up, then {trials} trials timed", 2 * len(batches), "calls", enabled=progress
-    ) as bar:
-        usable = []
-        for batch in batches:
-            bar.update()
-            try:
-                variant(on_device(batch, device))
-            except Exception:  # the checks call it again and report the error as the variant's
-                continue
-            usable.append(batch)
-        bar.update(len(batches) - len(usable))
-        start = time.monotonic()
-        for batch in usable:
-            index = np.repeat(np.arange(batch.num_requests), trials)
-            variant(select_requests(on_device(batch, device), index, seed=np.arange(index.size)))
-            bar.update()
-        if device.startswith("cuda"):
-            import torch
-
-            torch.cuda.synchronize()
-        per_trial = (time.monotonic() - start) / trials
-    affordable = int(seconds / max(CALLS_PER_CHECK_RUN * per_trial, 1e-9))
-    return Throughput(per_trial, max(min(floor, wanted), min(wanted, affordable)))
 
 
 def example_database(local: Path | None, shared: Sequence[Path] = ()) -> ExampleDatabase | None:
@@ -668,14 +545,3 @@ class _SearchRound:
 
     def _on_device(self, batch: SpecBatch) -> SpecBatch:
         return on_device(batch, self.device)
-
-
-def on_device(batch: SpecBatch, device: str) -> SpecBatch:
-    """``batch`` with every tensor on ``device``."""
-    if str(batch.device) == device:
-        return batch
-    moved = {name: getattr(batch, name) for name in batch.__dataclass_fields__}
-    for name, value in moved.items():
-        if hasattr(value, "to") and not isinstance(value, str):
-            moved[name] = value.to(device)
-    return SpecBatch(**moved)

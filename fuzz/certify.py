@@ -17,19 +17,15 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from specsample.fuzz.campaign import (
-    CampaignResult,
-    Throughput,
-    affordable_samples,
-    on_device,
-    run_campaign,
-)
+from specsample.fuzz.budget import Throughput, affordable_samples
+from specsample.fuzz.campaign import CampaignResult, run_campaign
 from specsample.fuzz.progress import Progress
 from specsample.fuzz.reproducer import versions
 from specsample.fuzz.selftest import SelfTestRecord, run_mutants, table
 from specsample.fuzz.spec import load_variant
 from specsample.fuzz.targeted import targeted_cases
 from specsample.properties import profiles
+from specsample.properties.batching import on_device
 from specsample.properties.checks import CHECKS, Verdict, run_checks
 from specsample.reference.contract import METHODS, capabilities
 

@@ -158,9 +158,9 @@ def _run_workers(args: argparse.Namespace) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     """Replay one reproducer or every reproducer of a directory."""
-    from specsample.fuzz.campaign import on_device
     from specsample.fuzz.reproducer import load_reproducer
     from specsample.fuzz.spec import load_variant
+    from specsample.properties.batching import on_device
     from specsample.properties.checks import CHECKS, run_checks
 
     if not args.path.exists():

@@ -200,3 +200,14 @@ def pad_output(outputs: Sequence[SpecOutput], width: int) -> SpecOutput:
         num_emitted=torch.cat(emitted),
         logprobs=torch.cat(logprobs) if has_logprobs else None,
     )
+
+
+def on_device(batch: SpecBatch, device: str) -> SpecBatch:
+    """``batch`` with every tensor on ``device``."""
+    if str(batch.device) == device:
+        return batch
+    moved = {name: getattr(batch, name) for name in batch.__dataclass_fields__}
+    for name, value in moved.items():
+        if hasattr(value, "to") and not isinstance(value, str):
+            moved[name] = value.to(device)
+    return SpecBatch(**moved)

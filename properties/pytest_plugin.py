@@ -161,6 +161,6 @@ def _cuda() -> bool:
 
 
 def _on(batch: Any, device: str) -> Any:
-    from specsample.fuzz.campaign import on_device
+    from specsample.properties.batching import on_device
 
     return on_device(batch, device)

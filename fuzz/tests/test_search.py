@@ -12,12 +12,12 @@ import pytest
 import torch
 from scipy import stats as scipy_stats
 
-from specsample.fuzz import campaign
+from specsample.fuzz import budget
+from specsample.fuzz.budget import CostModel
 from specsample.fuzz.campaign import (
     CONFIRM_SEED,
     GRACE,
     SCREEN_LEVEL,
-    CostModel,
     _stages,
     _suspicious,
     run_campaign,
@@ -65,7 +65,7 @@ def test_trials_are_sized_to_the_time_left() -> None:
     gives a larger batch fewer trials for the same time, never more than wanted."""
     cost = CostModel()
     small, large = _batch(), make_batch([RequestData(np.zeros((5, 4000)), [1] * 4, np.zeros((4, 4000)))])
-    assert cost.trials_within(1.0, small, 500) == campaign.FIRST_SCREEN_TRIALS  # nothing measured yet
+    assert cost.trials_within(1.0, small, 500) == budget.FIRST_SCREEN_TRIALS  # nothing measured yet
     # Runs of 0.2 s fixed plus 0.01 s per trial on the small batch.
     for trials in (10, 50, 100):
         cost.record(0.2 + 0.01 * trials, trials, small)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specsample.fuzz.campaign import affordable_samples
+from specsample.fuzz.budget import affordable_samples
 from specsample.fuzz.mutants import MUTANTS
 from specsample.fuzz.selftest import Blind, SelfTestRecord, run_mutants, run_variant
 from specsample.fuzz.spec import load_variant
