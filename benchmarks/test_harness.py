@@ -127,3 +127,14 @@ def test_targets_read_the_headline_case(tmp_path: Path) -> None:
         run = report.load_run(_write_run(tmp_path / "run.json", {"x": median}))
         headline = report.check_targets(run.records)[0]
         assert headline.target.startswith("probabilistic B=64") and headline.met is met
+
+
+def test_bf16_drafts_measure_is_exact_where_it_must_be() -> None:
+    """q = p exactly: with fp32 drafts every draft is accepted (E[m] = n); rounding the drafts to
+    bf16 moves the law (TV > 0) and loses acceptances; nearly uniform logits barely move."""
+    from specsample.benchmarks.bf16_drafts import measure
+
+    mean_tv, max_tv, fp32, rounded = measure("equal", 1.0, 0.0, 0.0, 3, 257, 3, seed=0)
+    assert fp32 == pytest.approx(3.0) and rounded < 3.0 and 0.0 < mean_tv <= max_tv <= 1.0
+    flat_tv, _, _, _ = measure("flat", 1.0, 0.0, 0.0, 3, 257, 3, seed=0)
+    assert flat_tv < mean_tv
