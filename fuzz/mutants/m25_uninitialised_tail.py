@@ -3,8 +3,8 @@
 A kernel that writes each request's emitted tokens and leaves the `-1` padding to an allocation
 assumed zeroed (or to a fill that a refactor dropped) returns whatever the allocator left after
 `num_emitted`: often a stale `-1` from the previous step, so the bug passes on a quiet test machine.
-The harness poisons `torch.empty` with a different pattern in each of the determinism check's two
-calls, so the tail differs between them.
+The harness poisons `torch.empty` in every call it makes (and with another pattern in the
+determinism check's second call), so the tail holds the poison, not a lucky `-1`.
 """
 
 import numpy as np
