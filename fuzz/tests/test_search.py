@@ -28,7 +28,7 @@ from specsample.fuzz.reproducer import load_reproducer
 from specsample.fuzz.selftest import Blind
 from specsample.properties import profiles
 from specsample.properties.checks import CHECKS, discrepancy, run_checks
-from specsample.properties.checks.base import poisoned
+from specsample.properties.checks.poison import poisoned
 from specsample.reference.contract import Capabilities, RequestData, make_batch
 from specsample.reference.walk import WalkSampler
 

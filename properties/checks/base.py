@@ -8,13 +8,12 @@ every check (and `properties.checks.compare_variants`) returns.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -22,6 +21,7 @@ import torch
 
 from specsample.properties import stats
 from specsample.properties.batching import draft_counts, pad_output, select_requests
+from specsample.properties.checks.poison import active_pattern, poisoned
 from specsample.reference.contract import (
     MAX_STEP,
     Arithmetic,
@@ -272,65 +272,6 @@ def derived_rng(seed: int, purpose: str) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence([seed & (2**64 - 1), *purpose.encode()]))
 
 
-# Two poison patterns per kind of dtype: an integer far outside any vocabulary, then a plausible
-# token id; NaN, then an ordinary probability; True, then False.
-POISON: tuple[dict[str, Any], dict[str, Any]] = (
-    {"int": 0x5A5A5A5A, "float": float("nan"), "bool": True},
-    {"int": 7, "float": 0.5, "bool": False},
-)
-_ALLOCATORS = ("empty", "empty_like", "empty_strided")
-
-
-def _fill(tensor: torch.Tensor, pattern: dict[str, Any]) -> torch.Tensor:
-    if tensor.dtype == torch.bool:
-        value = pattern["bool"]
-    elif tensor.is_floating_point() or tensor.is_complex():
-        value = pattern["float"]
-    else:
-        info = torch.iinfo(tensor.dtype)
-        value = min(max(pattern["int"], info.min), info.max)
-    with torch.no_grad():
-        return tensor.fill_(value)
-
-
-# The pattern every variant call is poisoned with (`poison_pattern` changes it for a block).
-_PATTERN = [0]
-
-
-@contextlib.contextmanager
-def poison_pattern(which: int) -> Iterator[None]:
-    """Variant calls inside the block are poisoned with `POISON[which]` instead of pattern 0."""
-    previous, _PATTERN[0] = _PATTERN[0], which
-    try:
-        yield
-    finally:
-        _PATTERN[0] = previous
-
-
-@contextlib.contextmanager
-def poisoned(which: int) -> Iterator[None]:
-    """Within the block, memory from ``torch.empty`` and its kin comes filled with `POISON[which]`."""
-    pattern = POISON[which]
-    originals: dict[str, Callable[..., torch.Tensor]] = {name: getattr(torch, name) for name in _ALLOCATORS}
-    new_empty = torch.Tensor.new_empty
-
-    def wrap(allocate: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
-        def poisoned_allocate(*args: Any, **kwargs: Any) -> torch.Tensor:
-            return _fill(allocate(*args, **kwargs), pattern)
-
-        return poisoned_allocate
-
-    try:
-        for name, allocate in originals.items():
-            setattr(torch, name, wrap(allocate))
-        torch.Tensor.new_empty = wrap(new_empty)  # type: ignore[method-assign]
-        yield
-    finally:
-        for name, allocate in originals.items():
-            setattr(torch, name, allocate)
-        torch.Tensor.new_empty = new_empty  # type: ignore[method-assign]
-
-
 class EnvironmentProblem(Exception):
     """The environment, not the sampler, failed a call: out of memory, no driver, a compile error.
 
@@ -441,7 +382,7 @@ def replicas(
 def _call(variant: Variant, part: SpecBatch, problems: list[str]) -> SpecOutput:
     """One variant call, poisoned (`poisoned`), its raw output checked against the contract's shapes."""
     try:
-        with poisoned(_PATTERN[0]):
+        with poisoned(active_pattern()):
             output = variant(part)
     except Exception as error:
         if environment_problem(error):

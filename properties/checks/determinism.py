@@ -1,7 +1,7 @@
 """Determinism: the same batch (a few trials of every request) gives the same output twice.
 
 Every variant call runs with ``torch.empty`` (and ``empty_like``, ``empty_strided``,
-``Tensor.new_empty``) poisoned (`properties.checks.base.poisoned`); this check's second call uses the
+``Tensor.new_empty``) poisoned (`properties.checks.poison`); this check's second call uses the
 other pattern, so an output or workspace that a sampler reads before writing (an accumulator never
 zeroed, padding never written) differs between the two calls instead of holding whatever the
 allocator happened to leave, which on a quiet machine is often the right value.
@@ -20,8 +20,8 @@ from specsample.properties.checks.base import (
     differing_rows,
     exact_verdict,
     invariance_subject,
-    poison_pattern,
 )
+from specsample.properties.checks.poison import poison_pattern
 from specsample.reference.contract import SpecBatch, Variant
 
 
