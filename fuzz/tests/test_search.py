@@ -242,3 +242,17 @@ def test_a_campaign_reports_its_coverage() -> None:
     result = run_campaign(WalkSampler(), "walk", profile="ci", seconds=4.0, targeted=False, progress=False)
     assert result.coverage is not None and result.coverage.batches == result.screened > 0
     assert result.summary()["coverage"]["batches"] == result.screened  # type: ignore[index]
+
+
+def test_the_search_only_self_test_from_the_command_line(tmp_path: Path) -> None:
+    """`mutants --no-targeted` runs the search alone and records when each mutant died."""
+    from specsample.fuzz.cli import EXIT_PASSED, main
+
+    out = tmp_path / "search.json"
+    argv = ["mutants", "M03", "M24", "--no-targeted", "--budget", "20", "--profile", "ci", "--device", "cpu"]
+    assert main([*argv, "--json", str(out)]) == EXIT_PASSED
+    records = {r["id"]: r for r in json.loads(out.read_text())}
+    assert records["M24"]["check"] == "steps"
+    for record in records.values():
+        assert record["killed"] and record["batches"] >= 1
+        assert 0.0 <= record["found_after"] <= 20.0
