@@ -16,6 +16,7 @@ import numpy as np
 
 from specsample.fuzz.progress import Progress
 from specsample.properties.batching import on_device, select_requests
+from specsample.properties.checks import CHECKS
 from specsample.reference.contract import SpecBatch, Variant
 
 # Before anything is measured, a search batch is screened with at most this many trials.
@@ -94,8 +95,9 @@ class Throughput:
         return CALLS_PER_CHECK_RUN * trials * self.seconds_per_trial
 
 
-# Each run of the checks makes about two calls' worth of trials (shared trials, marginal).
-CALLS_PER_CHECK_RUN = 2.0
+# Each run of the checks draws the shared trials once, and its own trials for each check that does not
+# share them but counts them (marginal, steps): calls' worth of trials per run, from the registry.
+CALLS_PER_CHECK_RUN = 1.0 + sum(not c.shares_trials and c.counts_trials for c in CHECKS.values())
 
 
 def affordable_samples(

@@ -61,9 +61,8 @@ class CampaignResult:
 
     Attributes:
         variant: the variant spec.
-        cases: batches checked (targeted cases and search batches, each screened).
-        screened: search batches screened with few trials.
-        screen_trials: the trials per request of each screen (fewer for larger batches).
+        screen_trials: the trials per request of each screen (fewer for larger batches), one entry
+            per batch checked (targeted cases and search batches alike).
         confirmations: confirmation stages run on suspicious batches (fresh trials, level
             ``alpha``): each can fail a correct sampler with probability at most ``alpha``.
         skipped: search batches left out because the time left could not check them.
@@ -83,8 +82,6 @@ class CampaignResult:
     """
 
     variant: str
-    cases: int = 0
-    screened: int = 0
     screen_trials: list[int] = field(default_factory=list)
     confirmations: int = 0
     skipped: int = 0
@@ -101,6 +98,13 @@ class CampaignResult:
     reproducer: Path | None = None
     verdicts: list[Verdict] = field(default_factory=list)
     coverage: Coverage | None = None
+
+    @property
+    def screened(self) -> int:
+        """Batches checked: each was screened, targeted cases and search batches alike."""
+        return len(self.screen_trials)
+
+    cases = screened
 
     @property
     def passed(self) -> bool:
@@ -174,6 +178,11 @@ class Run:
     trials: int
     seed: int
     ladder: tuple[int, ...] = ()
+
+    @property
+    def score(self) -> float:
+        """The run's `properties.checks.discrepancy`."""
+        return discrepancy(self.verdicts)
 
     @property
     def failure(self) -> Verdict | None:
@@ -331,8 +340,9 @@ def run_campaign(
         )
         cost.record(time.monotonic() - began, trials, batch)
         result.samples += sum(v.num_samples for v in verdicts)
-        result.best_discrepancy = max(result.best_discrepancy, discrepancy(verdicts))
-        return Run(verdicts, trials, case_seed)
+        run = Run(verdicts, trials, case_seed)
+        result.best_discrepancy = max(result.best_discrepancy, run.score)
+        return run
 
     def tally(run: Run) -> Run:
         """Count a full-power run's verdicts."""
@@ -371,12 +381,10 @@ def run_campaign(
             sliced = cost.trials_within(share, batch, most)
             first = max(FEWEST_TRIALS, min(sliced, cost.trials_within(left(deadline), batch, most)))
         if not shrinking:
-            result.cases += 1
-            result.screened += 1
             result.screen_trials.append(first)
         run = check(batch, checks, first, case_seed, first)
         if steer:  # inside the search: let Hypothesis steer toward larger discrepancies
-            target(discrepancy(run.verdicts), label="discrepancy")
+            target(run.score, label="discrepancy")
         if run.exact_failure is not None:
             return Run([run.exact_failure], first, case_seed, ladder=(first,))
         ladder = [first]
@@ -485,7 +493,6 @@ class _SearchRound:
         smallest: _Found | None = None
         broken: EnvironmentProblem | None = None
         seen: dict[tuple[int, str], Run | None] = {}
-        batch_on_device = self._on_device
         described: dict[str, object] = {}
 
         @hypothesis_seed(round_seed)
@@ -517,9 +524,9 @@ class _SearchRound:
             try:
                 # Hypothesis replays the smallest failing example at the end: its outcome is known.
                 found = (
-                    seen.get(key)
+                    seen[key]
                     if key in seen
-                    else self.screened_case(batch_on_device(batch), case_seed, fixed, True)
+                    else self.screened_case(on_device(batch, self.device), case_seed, fixed, True)
                 )
             except EnvironmentProblem as error:
                 broken = error  # not the sampler's failure: nothing for Hypothesis to shrink
@@ -542,6 +549,3 @@ class _SearchRound:
         if broken is not None:
             raise broken
         return smallest
-
-    def _on_device(self, batch: SpecBatch) -> SpecBatch:
-        return on_device(batch, self.device)
