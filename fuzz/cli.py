@@ -104,6 +104,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             print("\n".join(result.coverage.lines()))
         word = "PASSED" if result.status == "pass" else "INCONCLUSIVE"
         print(f"{word}: {args.variant}: {result.describe()}")
+        if result.status == "pass" and not result.checks_passed:
+            print("  screens only: no check ran at the profile's power; a larger --budget gives it")
         for reason in result.inconclusive_reasons():
             print(f"  inconclusive: {reason}")
         return EXIT_PASSED if result.status == "pass" else EXIT_INCONCLUSIVE
