@@ -48,7 +48,7 @@ import torch
 
 from specsample.kernels import launch
 from specsample.kernels import rejection_kernels as jit
-from specsample.reference.contract import SpecBatch, SpecOutput
+from specsample.reference.contract import Capabilities, SpecBatch, SpecOutput
 from specsample.reference.methods import METHODS
 from specsample.reference.schemes import CANONICAL
 
@@ -63,6 +63,8 @@ STATS_BLOCK_V, STATS_WARPS = 2048, 4
 SAMPLE_BLOCK_V, SAMPLE_WARPS = 1024, 8
 STRICT_BLOCK_V, STRICT_WARPS = 1024, 4
 MAX_POS_BLOCK = 16
+# The methods the kernels have a branch for (their ``METHOD`` codes).
+KERNEL_METHODS = ("strict", "probabilistic", "synthetic")
 # A small batch has too few splits to fill the GPU with sampling programs; the sampling pass then
 # cuts each split into parts of whole tiles, up to this many programs. Its result is the same: a
 # Gumbel-max is exact however the row is cut (equal keys go to the lowest token either way).
@@ -443,6 +445,10 @@ def rejection_sample(batch: SpecBatch, *, check_values: bool | None = None) -> S
     if check_values is None:
         check_values = _check_values_default(batch)
     batch.validate(check_values=check_values)
+    if batch.method not in KERNEL_METHODS:
+        raise ValueError(
+            f"method is {batch.method!r}; the kernels have a branch for {', '.join(KERNEL_METHODS)} only"
+        )
     if batch.device.type != "cuda":
         return _compile_and_run(batch, make_plan(batch))[0]
     tensors = _batch_tensors(batch)
@@ -468,6 +474,7 @@ class TritonRejectionSampler:
 
     name = "triton"
     streams = CANONICAL
+    capabilities = Capabilities(methods=KERNEL_METHODS)
 
     def __init__(self, check_values: bool | None = None) -> None:
         self.check_values = check_values

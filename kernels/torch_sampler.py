@@ -74,7 +74,7 @@ class TorchRejectionSampler:
 
     name = "torch"
     streams = None
-    capabilities = Capabilities(arithmetic="fp32-probs")
+    capabilities = Capabilities(methods=("strict", "probabilistic", "synthetic"), arithmetic="fp32-probs")
 
     def __call__(self, batch: SpecBatch) -> SpecOutput:
         """Sample ``batch`` on its device."""
