@@ -45,6 +45,9 @@ SAMPLE_RESIDUAL = tl.constexpr(3)  # y ~ (p - q)+
 
 ACCEPT_PURPOSE = tl.constexpr(0)
 SAMPLE_PURPOSE = tl.constexpr(1)
+# canonical-v2 reads each word of a Philox call as a run of NOISE_RUN tokens, four runs a group.
+NOISE_RUN = tl.constexpr(256)
+NOISE_GROUP = tl.constexpr(1024)
 
 # ln(2**-1075): float64 rounds a probability below this to zero.
 LOG_ZERO = tl.constexpr(-745.1332191019412)
@@ -193,17 +196,16 @@ def _offsets(step, position, purpose, token):
 
 
 @triton.jit
-def _uniform(seed, step, position, purpose, tokens):
-    """``tl.rand(seed, _offsets(step, position, purpose, tokens))`` bit for bit, for tokens in ``[0, 2**22)``.
+def _philox(seed, step, position, purpose, calls):
+    """The four words of Philox4x32-10 at ``_offsets(step, position, purpose, calls)``, ``calls < 2**22``.
 
-    Philox4x32-10 with key ``seed`` and counter ``(offset low, offset high, 0, 0)``, word 0 mapped to
-    ``[0, 1)`` as `tl.rand` maps it. The offset of a token is the row's base, whose low 22 bits are
-    zero, plus the token, so the high counter word is the row's own, one scalar: the first two
-    rounds then multiply a single vector word, not two. Each multiplication is one 32 x 32 -> 64-bit
-    product giving both halves.
+    Key ``seed``, counter ``(offset low, offset high, 0, 0)``, as `tl.randint4x`. The offset of a
+    call is the row's base, whose low 22 bits are zero, plus the call, so the high counter word is
+    the row's own, one scalar: the first two rounds then multiply a single vector word, not two.
+    Each multiplication is one 32 x 32 -> 64-bit product giving both halves.
     """
     base = _offsets(step, position, purpose, 0)
-    c0 = base.to(tl.uint32) + tokens.to(tl.uint32)
+    c0 = base.to(tl.uint32) + calls.to(tl.uint32)
     c1 = (base >> 32).to(tl.uint32)
     c2 = tl.full([], 0, tl.uint32)
     c3 = tl.full([], 0, tl.uint32)
@@ -219,16 +221,42 @@ def _uniform(seed, step, position, purpose, tokens):
         c3 = product_a.to(tl.uint32)
         k0 = k0 + 0x9E3779B9
         k1 = k1 + 0xBB67AE85
-    word = c0.to(tl.int32, bitcast=True)
+    return c0, c1, c2, c3
+
+
+@triton.jit
+def _to_uniform(word):
+    """A Philox word mapped to ``[0, 1)`` as `tl.rand` maps it."""
+    word = word.to(tl.int32, bitcast=True)
     word = tl.where(word < 0, -word - 1, word)
     return word * 4.6566127342e-10
 
 
 @triton.jit
-def _gumbel(seed, step, position, tokens):
-    """Gumbel noise ``-log(-log(u))`` of the sampling stream of one row; ``-inf`` where ``u == 0``."""
-    u = _uniform(seed, step, position, SAMPLE_PURPOSE, tokens)
-    return -tl.log(-tl.log(u))
+def _noise_group(seed, step, position, group_start):
+    """The uniforms of tokens ``group_start + [0, NOISE_GROUP)`` of one row's sampling stream.
+
+    Returns four ``[NOISE_RUN]`` runs, run ``j`` the tokens ``group_start + j * NOISE_RUN + lane``:
+    word ``j`` of the Philox call ``group_start / 4 + lane`` (``canonical-v2``,
+    `reference.schemes`). ``group_start`` is a multiple of ``NOISE_GROUP``.
+    """
+    calls = group_start // 4 + tl.arange(0, NOISE_RUN)
+    w0, w1, w2, w3 = _philox(seed, step, position, SAMPLE_PURPOSE, calls)
+    return _to_uniform(w0), _to_uniform(w1), _to_uniform(w2), _to_uniform(w3)
+
+
+@triton.jit
+def _run(u0, u1, u2, u3, J: tl.constexpr):
+    """Run ``J`` of a `_noise_group`."""
+    if J == 0:
+        u = u0
+    elif J == 1:
+        u = u1
+    elif J == 2:
+        u = u2
+    else:
+        u = u3
+    return u
 
 
 @triton.jit
@@ -270,21 +298,14 @@ def _split_stats(
     split,
     vocab_size,
     inv_temperature,
-    seed,
-    step,
-    position,
-    SAMPLE: tl.constexpr,
     ARGMAX: tl.constexpr,
     TILES_PER_SPLIT: tl.constexpr,
     BLOCK_V: tl.constexpr,
 ):
-    """One pass over one split of a row: max, sum of ``exp(e)``, argmax and the Gumbel-max candidate.
+    """One pass over one split of a row: ``(max, sum of exp(e), argmax)``.
 
-    Returns ``(max, sum, argmax, candidate logit, candidate gumbel, candidate token)``; the argmax
-    is the split's first token unless ``ARGMAX`` (only greedy rows need it), the candidate
-    ``-inf`` unless ``SAMPLE``. The candidate is kept as its raw logit and noise, so a later combine
-    recomputes its key against the row max. Lanes past the vocabulary count for nothing; a row
-    outside its tensor reads as no finite logit.
+    The argmax is the split's first token unless ``ARGMAX`` (only greedy rows need it). Lanes past
+    the vocabulary count for nothing; a row outside its tensor reads as no finite logit.
 
     Args:
         row_ptr: the row's first logit, fp32/fp16/bf16, ``V`` contiguous elements.
@@ -294,10 +315,6 @@ def _split_stats(
     row_max = tl.full([], NEG_INF, tl.float32)
     row_sum = tl.full([], 0.0, tl.float32)
     row_arg = first
-    # The Gumbel-max candidate is kept per lane across tiles and reduced once at the end.
-    best_logit = tl.full([BLOCK_V], NEG_INF, tl.float32)
-    best_gumbel = tl.full([BLOCK_V], NEG_INF, tl.float32)
-    best_token = tl.zeros([BLOCK_V], tl.int32) + first
     for tile in range(TILES_PER_SPLIT):
         tokens = first + tile * BLOCK_V + lanes
         in_vocab = tokens < vocab_size
@@ -309,32 +326,60 @@ def _split_stats(
         else:
             tile_max = tl.max(x, axis=0)
         new_max = tl.maximum(row_max, tile_max)
-        scaled = _scaled(x, new_max, inv_temperature)
-        weights = tl.where(in_vocab, tl.exp(scaled), 0.0)
+        weights = tl.where(in_vocab, tl.exp(_scaled(x, new_max, inv_temperature)), 0.0)
         row_sum = row_sum * _rescale(row_max, new_max, inv_temperature) + tl.sum(weights, axis=0)
         row_max = new_max
-        if SAMPLE:
-            gumbel = _gumbel(seed, step, position, tokens)
+    return row_max, row_sum, row_arg
+
+
+@triton.jit
+def _split_sample_stats(row_ptr, row_inside, split, vocab_size, inv_temperature, seed, step, position,
+                        SPLIT_SIZE: tl.constexpr):  # fmt: skip
+    """`_split_stats` of a sampled strict row, with the split's Gumbel-max candidate, in noise runs.
+
+    Returns ``(max, sum, candidate logit, candidate gumbel, candidate token)``. The candidate is
+    kept per lane across runs as its raw logit and noise (so a later combine recomputes its key
+    against the row max) and reduced once at the end. A split is a whole number of noise groups,
+    or a single split shorter than one group.
+    """
+    lanes = tl.arange(0, NOISE_RUN)
+    first = split * SPLIT_SIZE
+    row_max = tl.full([], NEG_INF, tl.float32)
+    row_sum = tl.full([], 0.0, tl.float32)
+    best_logit = tl.full([NOISE_RUN], NEG_INF, tl.float32)
+    best_gumbel = tl.full([NOISE_RUN], NEG_INF, tl.float32)
+    best_token = tl.zeros([NOISE_RUN], tl.int32) + first
+    for group in range(0, SPLIT_SIZE, NOISE_GROUP):
+        group_start = first + group
+        u0, u1, u2, u3 = _noise_group(seed, step, position, group_start)
+        for j in tl.static_range(4):
+            tokens = group_start + j * NOISE_RUN + lanes
+            in_vocab = tokens < vocab_size
+            x = _clean(tl.load(row_ptr + tokens, mask=in_vocab & row_inside, other=NEG_INF))
+            new_max = tl.maximum(row_max, tl.max(x, axis=0))
+            scaled = _scaled(x, new_max, inv_temperature)
+            weights = tl.where(in_vocab, tl.exp(scaled), 0.0)
+            row_sum = row_sum * _rescale(row_max, new_max, inv_temperature) + tl.sum(weights, axis=0)
+            row_max = new_max
+            gumbel = -tl.log(-tl.log(_run(u0, u1, u2, u3, j)))
             keys = tl.where(in_vocab, scaled + gumbel, NEG_INF)
-            # Strict `>`: tiles ascend, so a lane keeps its lowest token among equal keys.
+            # Strict `>`: runs ascend, so a lane keeps its lowest token among equal keys.
             take = keys > _scaled(best_logit, new_max, inv_temperature) + best_gumbel
             best_logit = tl.where(take, x, best_logit)
             best_gumbel = tl.where(take, gumbel, best_gumbel)
             best_token = tl.where(take, tokens, best_token)
-    cand_logit = tl.full([], NEG_INF, tl.float32)
-    cand_gumbel = tl.full([], NEG_INF, tl.float32)
-    cand_token = first
-    if SAMPLE:
-        keys = _scaled(best_logit, row_max, inv_temperature) + best_gumbel
-        top = tl.max(keys, axis=0)
-        cand_token, lane = tl.min(
-            tl.where(keys == top, best_token, NO_SPLIT), axis=0, return_indices=True,
-            return_indices_tie_break_left=True,
-        )  # fmt: skip
-        picked = lanes == lane
-        cand_logit = tl.sum(tl.where(picked, best_logit, 0.0), axis=0)
-        cand_gumbel = tl.sum(tl.where(picked, best_gumbel, 0.0), axis=0)
-    return row_max, row_sum, row_arg, cand_logit, cand_gumbel, cand_token
+    keys = _scaled(best_logit, row_max, inv_temperature) + best_gumbel
+    top = tl.max(keys, axis=0)
+    cand_token, lane = tl.min(
+        tl.where(keys == top, best_token, NO_SPLIT),
+        axis=0,
+        return_indices=True,
+        return_indices_tie_break_left=True,
+    )
+    picked = lanes == lane
+    cand_logit = tl.sum(tl.where(picked, best_logit, 0.0), axis=0)
+    cand_gumbel = tl.sum(tl.where(picked, best_gumbel, 0.0), axis=0)
+    return row_max, row_sum, cand_logit, cand_gumbel, cand_token
 
 
 @triton.jit
@@ -479,26 +524,25 @@ def row_stats_kernel(
             # Sampled rows skip the argmax: only greedy rows compare drafts with it.
             if METHOD == STRICT:
                 if sampled:
-                    row_max, row_sum, row_arg, cand_logit, cand_gumbel, cand_token = _split_stats(
-                        target_row_ptr, target_inside, split, vocab_size, inv_temperature, seed,
-                        step, position, True, False, TILES_PER_SPLIT, BLOCK_V,
+                    row_max, row_sum, cand_logit, cand_gumbel, cand_token = _split_sample_stats(
+                        target_row_ptr, target_inside, split, vocab_size, inv_temperature, seed, step,
+                        position, TILES_PER_SPLIT * BLOCK_V,
                     )  # fmt: skip
                 else:
-                    row_max, row_sum, row_arg, cand_logit, cand_gumbel, cand_token = _split_stats(
-                        target_row_ptr, target_inside, split, vocab_size, inv_temperature, seed,
-                        step, position, False, True, TILES_PER_SPLIT, BLOCK_V,
+                    row_max, row_sum, row_arg = _split_stats(
+                        target_row_ptr, target_inside, split, vocab_size, inv_temperature, True,
+                        TILES_PER_SPLIT, BLOCK_V,
                     )  # fmt: skip
+            elif sampled:
+                row_max, row_sum, row_arg = _split_stats(
+                    target_row_ptr, target_inside, split, vocab_size, inv_temperature, False,
+                    TILES_PER_SPLIT, BLOCK_V,
+                )  # fmt: skip
             else:
-                if sampled:
-                    row_max, row_sum, row_arg, _, _, _ = _split_stats(
-                        target_row_ptr, target_inside, split, vocab_size, inv_temperature, seed,
-                        step, position, False, False, TILES_PER_SPLIT, BLOCK_V,
-                    )  # fmt: skip
-                else:
-                    row_max, row_sum, row_arg, _, _, _ = _split_stats(
-                        target_row_ptr, target_inside, split, vocab_size, inv_temperature, seed,
-                        step, position, False, True, TILES_PER_SPLIT, BLOCK_V,
-                    )  # fmt: skip
+                row_max, row_sum, row_arg = _split_stats(
+                    target_row_ptr, target_inside, split, vocab_size, inv_temperature, True,
+                    TILES_PER_SPLIT, BLOCK_V,
+                )  # fmt: skip
         # The draft's bounds go out ahead of the stores, with one load on the path to the draft row.
         num_draft_ids = _geometry(geometry_ptr, GEO_NUM_DRAFT_IDS)
         num_draft_rows = _geometry(geometry_ptr, GEO_NUM_DRAFT_ROWS)
@@ -529,9 +573,9 @@ def row_stats_kernel(
                     )  # fmt: skip
                     draft_row_ptr = draft_ptr + tl.maximum(draft_offset, 0)
                     # The same code as the target's statistics, so p == q gives identical numbers.
-                    draft_max, draft_sum, _, _, _, _ = _split_stats(
-                        draft_row_ptr, draft_offset >= 0, split, vocab_size, inv_temperature, seed,
-                        step, position, False, False, TILES_PER_SPLIT, BLOCK_V,
+                    draft_max, draft_sum, _ = _split_stats(
+                        draft_row_ptr, draft_offset >= 0, split, vocab_size, inv_temperature, False,
+                        TILES_PER_SPLIT, BLOCK_V,
                     )  # fmt: skip
                 tl.store(_split_record(work_ptr, SPLIT_DRAFT_MAX, tl.float32) + out, draft_max)
                 tl.store(_split_record(work_ptr, SPLIT_DRAFT_SUM, tl.float32) + out, draft_sum)
@@ -867,30 +911,31 @@ def decide_kernel(
 
 
 @triton.jit
-def _target_gumbel_max(target_row_ptr, target_inside, first, last, target_max, target_log_sum,
-                       inv_temperature, seed, step, position, vocab_size, BLOCK_V: tl.constexpr):  # fmt: skip
-    """Gumbel-max of the target law over tokens ``[first, last)``: ``(key, token)``, ties to the lowest token.
+def _target_gumbel_max(target_row_ptr, target_inside, target_max, target_log_sum, inv_temperature, seed, step,
+                       position, vocab_size):  # fmt: skip
+    """Gumbel-max of the target law over the whole row: ``(key, token)``, ties to the lowest token.
 
     The key of a token is ``e(x) - log(-log u)`` over the tokens whose probability float64 keeps;
-    each lane keeps its own best across tiles (tiles ascend, so a lane's earlier token wins ties),
+    each lane keeps its own best across runs (runs ascend, so a lane's earlier token wins ties),
     and one reduction at the end picks the lowest token among the best keys.
     """
-    lanes = tl.arange(0, BLOCK_V)
-    best_key = tl.full([BLOCK_V], NEG_INF, tl.float32)
-    best_token = tl.zeros([BLOCK_V], tl.int32) + first
-    start = first
-    while start < last:
-        tokens = start + lanes
-        in_vocab = (tokens < vocab_size) & (tokens < last)
-        x = _clean(tl.load(target_row_ptr + tokens, mask=in_vocab & target_inside, other=NEG_INF))
-        scaled = _scaled(x, target_max, inv_temperature)
-        log_p = scaled - target_log_sum
-        keep = in_vocab & (log_p >= LOG_ZERO)
-        keys = tl.where(keep, scaled + _gumbel(seed, step, position, tokens), NEG_INF)
-        take = keys > best_key
-        best_key = tl.where(take, keys, best_key)
-        best_token = tl.where(take, tokens, best_token)
-        start += BLOCK_V
+    lanes = tl.arange(0, NOISE_RUN)
+    best_key = tl.full([NOISE_RUN], NEG_INF, tl.float32)
+    best_token = tl.zeros([NOISE_RUN], tl.int32)
+    group_start = 0
+    while group_start < vocab_size:
+        u0, u1, u2, u3 = _noise_group(seed, step, position, group_start)
+        for j in tl.static_range(4):
+            tokens = group_start + j * NOISE_RUN + lanes
+            in_vocab = tokens < vocab_size
+            x = _clean(tl.load(target_row_ptr + tokens, mask=in_vocab & target_inside, other=NEG_INF))
+            scaled = _scaled(x, target_max, inv_temperature)
+            keep = in_vocab & (scaled - target_log_sum >= LOG_ZERO)
+            keys = tl.where(keep, scaled - tl.log(-tl.log(_run(u0, u1, u2, u3, j))), NEG_INF)
+            take = keys > best_key
+            best_key = tl.where(take, keys, best_key)
+            best_token = tl.where(take, tokens, best_token)
+        group_start += NOISE_GROUP
     key = tl.max(best_key, axis=0)
     token = tl.min(tl.where(best_key == key, best_token, NO_SPLIT), axis=0)
     return key, token
@@ -955,39 +1000,45 @@ def sample_kernel(
         step = tl.load(step_ptr + request)
         target_row_ptr = target_ptr + tl.maximum(target_offset, 0)
         draft_row_ptr = draft_ptr + tl.maximum(draft_offset, 0)
-        lanes = tl.arange(0, BLOCK_V)
+        lanes = tl.arange(0, NOISE_RUN)
         first = split * (TILES_PER_SPLIT * BLOCK_V)
-        best_key = tl.full([BLOCK_V], NEG_INF, tl.float32)
-        best_token = tl.zeros([BLOCK_V], tl.int32) + first
-        mass = tl.zeros([BLOCK_V], tl.int32)
-        for tile in range(TILES_PER_SPLIT):
-            tokens = first + tile * BLOCK_V + lanes
-            in_vocab = tokens < vocab_size
-            x = _clean(tl.load(target_row_ptr + tokens, mask=in_vocab & (target_offset >= 0), other=NEG_INF))
-            log_p = _scaled(x, target_max, inv_temperature) - target_log_sum
-            # A probability float64 rounds to zero never wins, as in the specification.
-            log_p = tl.where(in_vocab & (log_p >= LOG_ZERO), log_p, NEG_INF)
-            # E = -log u: +inf at u == 0, where the key is -inf as the Gumbel noise would make it.
-            exponential = -tl.log(_uniform(seed, step, position, SAMPLE_PURPOSE, tokens))
-            if residual:
-                y = _clean(
-                    tl.load(draft_row_ptr + tokens, mask=in_vocab & (draft_offset >= 0), other=NEG_INF)
+        best_key = tl.full([NOISE_RUN], NEG_INF, tl.float32)
+        best_token = tl.zeros([NOISE_RUN], tl.int32) + first
+        mass = tl.zeros([NOISE_RUN], tl.int32)
+        # A split is a whole number of noise groups, or a single split shorter than one group.
+        for group in range(0, TILES_PER_SPLIT * BLOCK_V, NOISE_GROUP):
+            group_start = first + group
+            u0, u1, u2, u3 = _noise_group(seed, step, position, group_start)
+            for j in tl.static_range(4):
+                tokens = group_start + j * NOISE_RUN + lanes
+                in_vocab = tokens < vocab_size
+                x = _clean(
+                    tl.load(target_row_ptr + tokens, mask=in_vocab & (target_offset >= 0), other=NEG_INF)
                 )
-                log_q = _scaled(y, draft_max, inv_temperature) - draft_log_sum
-                log_q = tl.where(log_q < LOG_ZERO, NEG_INF, log_q)
-                # (p - q)+ = p (1 - q / p) where p > q; 1 - q / p is 0 or at least 2**-24, and E at
-                # most 21.5, so the quotient below never underflows.
-                fraction = 1.0 - tl.exp(log_q - log_p)
-                has_mass = (log_p > log_q) & (fraction > 0.0)
-                keys = tl.where(has_mass, log_p + tl.log(fraction / exponential), NEG_INF)
-            else:
-                has_mass = (log_p > NEG_INF) & (tokens != draft_token)
-                keys = tl.where(has_mass, log_p - tl.log(exponential), NEG_INF)
-            # Strict `>`: tiles ascend, so a lane keeps its lowest token among equal keys.
-            take = keys > best_key
-            best_key = tl.where(take, keys, best_key)
-            best_token = tl.where(take, tokens, best_token)
-            mass = tl.where(has_mass, 1, mass)
+                log_p = _scaled(x, target_max, inv_temperature) - target_log_sum
+                # A probability float64 rounds to zero never wins, as in the specification.
+                log_p = tl.where(in_vocab & (log_p >= LOG_ZERO), log_p, NEG_INF)
+                # E = -log u: +inf at u == 0, where the key is -inf as the Gumbel noise would make it.
+                exponential = -tl.log(_run(u0, u1, u2, u3, j))
+                if residual:
+                    y = _clean(
+                        tl.load(draft_row_ptr + tokens, mask=in_vocab & (draft_offset >= 0), other=NEG_INF)
+                    )
+                    log_q = _scaled(y, draft_max, inv_temperature) - draft_log_sum
+                    log_q = tl.where(log_q < LOG_ZERO, NEG_INF, log_q)
+                    # (p - q)+ = p (1 - q / p) where p > q; 1 - q / p is 0 or at least 2**-24, and E
+                    # at most 21.5, so the quotient below never underflows.
+                    fraction = 1.0 - tl.exp(log_q - log_p)
+                    has_mass = (log_p > log_q) & (fraction > 0.0)
+                    keys = tl.where(has_mass, log_p + tl.log(fraction / exponential), NEG_INF)
+                else:
+                    has_mass = (log_p > NEG_INF) & (tokens != draft_token)
+                    keys = tl.where(has_mass, log_p - tl.log(exponential), NEG_INF)
+                # Strict `>`: runs ascend, so a lane keeps its lowest token among equal keys.
+                take = keys > best_key
+                best_key = tl.where(take, keys, best_key)
+                best_token = tl.where(take, tokens, best_token)
+                mass = tl.where(has_mass, 1, mass)
         key = tl.max(best_key, axis=0)
         token = tl.min(tl.where(best_key == key, best_token, NO_SPLIT), axis=0)
         record = request.to(tl.int64) * num_splits + split
@@ -1053,8 +1104,8 @@ def emit_kernel(
             seed = tl.load(seed_ptr + request)
             step = tl.load(step_ptr + request)
             _, token = _target_gumbel_max(
-                target_row_ptr, target_offset >= 0, 0, vocab_size, target_max, target_log_sum,
-                inv_temperature, seed, step, position, vocab_size, BLOCK_V,
+                target_row_ptr, target_offset >= 0, target_max, target_log_sum, inv_temperature, seed,
+                step, position, vocab_size,
             )  # fmt: skip
         log_p = _log_prob(
             target_row_ptr, target_offset >= 0, token, target_max, target_log_sum, inv_temperature, vocab_size

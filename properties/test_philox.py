@@ -8,8 +8,18 @@ import torch
 import triton
 import triton.language as tl
 
+from specsample.kernels import rejection_kernels as jit
 from specsample.reference import philox
-from specsample.reference.schemes import ACCEPT_PURPOSE, MRV2, RAND_MIN, SAMPLE_PURPOSE, stream_offsets
+from specsample.reference.schemes import (
+    ACCEPT_PURPOSE,
+    CANONICAL,
+    MRV2,
+    NOISE_GROUP,
+    NOISE_RUN,
+    RAND_MIN,
+    SAMPLE_PURPOSE,
+    stream_offsets,
+)
 
 # Known-answer vectors of Random123 (kat_vectors, philox4x32 with 10 rounds): counter, key, output.
 KNOWN_ANSWERS = [
@@ -95,6 +105,70 @@ def test_bit_identical_to_triton() -> None:
         words, uniforms = _triton_words(seeds_now, all_offsets)
         np.testing.assert_array_equal(philox.randint(seeds_now, all_offsets), words)
         np.testing.assert_array_equal(philox.rand(seeds_now, all_offsets), uniforms)
+
+
+@triton.jit
+def _philox4x_probe(seed_ptr, offset_ptr, word_ptr, NUM: tl.constexpr):
+    """Write the four words of tl.randint4x for each (seed, offset) pair, ``[4, NUM]``."""
+    lanes = tl.arange(0, NUM)
+    w0, w1, w2, w3 = tl.randint4x(tl.load(seed_ptr + lanes), tl.load(offset_ptr + lanes))
+    tl.store(word_ptr + lanes, w0.to(tl.int32, bitcast=True))
+    tl.store(word_ptr + NUM + lanes, w1.to(tl.int32, bitcast=True))
+    tl.store(word_ptr + 2 * NUM + lanes, w2.to(tl.int32, bitcast=True))
+    tl.store(word_ptr + 3 * NUM + lanes, w3.to(tl.int32, bitcast=True))
+
+
+def test_four_words_bit_identical_to_triton() -> None:
+    """randint4x equals tl.randint4x word for word, seeds and offsets past 2**32 included."""
+    rng = np.random.default_rng(20261124)
+    seeds = np.concatenate([[0, -1, 2**63 - 1, 2**32], rng.integers(-(2**63), 2**63 - 1, 28)]).astype(
+        np.int64
+    )
+    offsets = np.concatenate([[0, 2**32 - 1, 2**32, 2**63 - 1], rng.integers(0, 2**63, 28)]).astype(np.int64)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    words = torch.empty(4, seeds.size, dtype=torch.int32, device=device)
+    _philox4x_probe[(1,)](
+        torch.as_tensor(seeds, device=device), torch.as_tensor(offsets, device=device), words, NUM=seeds.size
+    )
+    expected = np.stack(philox.randint4x(seeds, offsets.view(np.uint64)))
+    np.testing.assert_array_equal(expected, words.cpu().numpy().view(np.uint32))
+
+
+@triton.jit
+def _canonical_noise_probe(seed_ptr, step_ptr, position_ptr, uniform_ptr, VOCAB: tl.constexpr):
+    """Write the kernels' canonical-v2 sampling uniforms of one row per program, ``[rows, VOCAB]``."""
+    row = tl.program_id(0)
+    seed = tl.load(seed_ptr + row)
+    step = tl.load(step_ptr + row)
+    position = tl.load(position_ptr + row)
+    for group_start in range(0, VOCAB, jit.NOISE_GROUP):
+        u0, u1, u2, u3 = jit._noise_group(seed, step, position, group_start)
+        for j in tl.static_range(4):
+            tokens = group_start + j * jit.NOISE_RUN + tl.arange(0, jit.NOISE_RUN)
+            u = jit._run(u0, u1, u2, u3, j)
+            tl.store(uniform_ptr + row * VOCAB + tokens, u, mask=tokens < VOCAB)
+
+
+def test_canonical_noise_is_the_kernels() -> None:
+    """The canonical scheme's uniforms are the kernels', token for token, over three noise groups."""
+    assert jit.NOISE_GROUP.value == NOISE_GROUP and jit.NOISE_RUN.value == NOISE_RUN
+    seeds = np.array([0, -1, 2**63 - 1, 12345], dtype=np.int64)
+    steps = np.array([0, 2**32 - 1, 7, 2**31], dtype=np.int64)
+    positions = np.array([0, 127, 3, 8], dtype=np.int64)
+    vocab = 2 * NOISE_GROUP + NOISE_RUN + 5
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    uniforms = torch.empty(seeds.size, vocab, dtype=torch.float32, device=device)
+    _canonical_noise_probe[(seeds.size,)](
+        *(torch.as_tensor(x, device=device) for x in (seeds, steps, positions)), uniforms, VOCAB=vocab
+    )
+    noise = CANONICAL.gumbel_noise(seeds, steps, positions, vocab)
+    np.testing.assert_array_equal(noise.uniforms, uniforms.cpu().numpy())
+    # Token 1024 g + 256 j + k is word j of call 256 g + k: one spot check by hand.
+    token = NOISE_GROUP + 2 * NOISE_RUN + 5
+    word = philox.randint4x(seeds[3], stream_offsets(steps[3], positions[3], SAMPLE_PURPOSE, NOISE_RUN + 5))[
+        2
+    ]
+    assert noise.uniforms[3, token] == philox.uint_to_uniform(word)
 
 
 def test_stream_offsets_layout() -> None:

@@ -71,15 +71,21 @@ def philox4x32(
     return (c0.astype(np.uint32), c1.astype(np.uint32), c2.astype(np.uint32), c3.astype(np.uint32))
 
 
-def randint(seed: int | npt.ArrayLike, offsets: npt.ArrayLike) -> U32Array:
-    """``tl.randint(seed, offsets)``: the first Philox word, as uint32, for 64-bit offsets."""
+def randint4x(
+    seed: int | npt.ArrayLike, offsets: npt.ArrayLike
+) -> tuple[U32Array, U32Array, U32Array, U32Array]:
+    """``tl.randint4x(seed, offsets)``: all four Philox words, as uint32, for 64-bit offsets."""
     seed64 = _as_u64(seed)
     offset64 = _as_u64(offsets)
-    word, _, _, _ = philox4x32(
+    return philox4x32(
         (offset64 & MASK32, offset64 >> np.uint64(32), np.uint64(0), np.uint64(0)),
         (seed64 & MASK32, seed64 >> np.uint64(32)),
     )
-    return word
+
+
+def randint(seed: int | npt.ArrayLike, offsets: npt.ArrayLike) -> U32Array:
+    """``tl.randint(seed, offsets)``: the first Philox word, as uint32, for 64-bit offsets."""
+    return randint4x(seed, offsets)[0]
 
 
 def uint_to_uniform(words: npt.ArrayLike) -> npt.NDArray[np.float32]:

@@ -15,10 +15,15 @@ generator): every variant on a scheme the walk replays gets the coupled check.
 
 Two schemes ship:
 
-- `CANONICAL` (``canonical-v1``), our kernels': ``tl.rand(seed, offset)`` with
-  ``offset = (((step * 128 + i) * 4 + purpose) << 22) + token``; purpose 0 is the acceptance
-  uniform of position ``i`` (token 0), purpose 1 the noise of row ``i``;
-  ``g = -log(-log u)``.
+- `CANONICAL` (``canonical-v2``), our kernels': Philox4x32-10 keyed by the seed, counted by
+  ``offset = (((step * 128 + i) * 4 + purpose) << 22) + c`` (`stream_offsets`). The acceptance
+  uniform of position ``i`` is ``tl.rand(seed, offset(step, i, 0, 0))``. The noise of row ``i``
+  takes all four words of each Philox call: token ``t = 1024 g + 256 j + k`` (``j < 4``,
+  ``k < 256``) reads word ``j`` of the call at ``c = 256 g + k`` (purpose 1), mapped to ``[0, 1)``
+  as `tl.rand` maps a word, and ``g = -log(-log u)``. A kernel tile of 1024 tokens makes 256
+  Philox calls and reads each word as a run of 256 consecutive tokens, with no shuffle; a quarter
+  of the calls of one word per token (``canonical-v1``, retired), which made the sampling pass
+  arithmetic-bound.
 - `MRV2` (``mrv2``), shaped like vLLM's Model Runner V2: a row's position in the sequence is
   ``pos = step + i`` (``step`` plays the number of tokens computed before the first draft). The
   acceptance uniform is ``tl.rand(seed, pos)``; the noise of token ``t`` is drawn from a 32-bit
@@ -45,6 +50,9 @@ EPS32 = 2.0**-23
 TOL_ULPS = 8.0
 ACCEPT_PURPOSE = 0
 SAMPLE_PURPOSE = 1
+# canonical-v2 reads each Philox word of a call as a run of NOISE_RUN tokens, four runs a group.
+NOISE_RUN = 256
+NOISE_GROUP = 4 * NOISE_RUN
 # The smallest uniform `tl.rand` makes other than 0.
 RAND_MIN = float(philox.UNIFORM_SCALE)
 
@@ -103,10 +111,10 @@ def _column(values: npt.ArrayLike) -> npt.NDArray[np.generic]:
     return np.asarray(values).reshape(-1, 1)
 
 
-class CanonicalV1:
-    """Our kernels' scheme: one Philox offset per ``(step, position, purpose, token)``."""
+class CanonicalV2:
+    """Our kernels' scheme: one Philox call per ``(step, position, purpose)`` and four tokens."""
 
-    name = "canonical-v1"
+    name = "canonical-v2"
 
     def accept_uniforms(self, seed: I64Array, step: I64Array, position: npt.ArrayLike) -> F64Array:
         """``tl.rand(seed, offset(step, i, 0, 0))``."""
@@ -114,10 +122,14 @@ class CanonicalV1:
         return philox.rand(np.asarray(seed), offsets).astype(np.float64)
 
     def gumbel_noise(self, seed: I64Array, step: I64Array, position: npt.ArrayLike, vocab_size: int) -> Noise:
-        """``g = -log(-log u)`` with ``u = tl.rand(seed, offset(step, i, 1, token))``."""
+        """``g = -log(-log u)``, ``u`` word ``j`` of the call ``256 g + k`` for ``t = 1024 g + 256 j + k``."""
         rows = np.broadcast_to(np.asarray(position), np.shape(seed))
-        offsets = stream_offsets(_column(step), _column(rows), SAMPLE_PURPOSE, np.arange(vocab_size)[None, :])
-        uniforms = philox.rand(_column(seed), offsets)
+        tokens = np.arange(vocab_size)
+        calls = np.arange(-(-vocab_size // NOISE_GROUP) * NOISE_RUN)
+        offsets = stream_offsets(_column(step), _column(rows), SAMPLE_PURPOSE, calls[None, :])
+        words = np.stack(philox.randint4x(_column(seed), offsets))  # [4, A, calls]
+        call = tokens // NOISE_GROUP * NOISE_RUN + tokens % NOISE_RUN
+        uniforms = philox.uint_to_uniform(words[tokens % NOISE_GROUP // NOISE_RUN, :, call].T)
         with np.errstate(divide="ignore"):
             gumbel = -np.log(-np.log(uniforms.astype(np.float64)))
         return Noise(uniforms, gumbel, _tolerance(gumbel))
@@ -147,6 +159,6 @@ class Mrv2:
         return Noise(uniforms, gumbel, _tolerance(gumbel))
 
 
-CANONICAL = CanonicalV1()
+CANONICAL = CanonicalV2()
 MRV2 = Mrv2()
 SCHEMES: dict[str, RandomScheme] = {scheme.name: scheme for scheme in (CANONICAL, MRV2)}
