@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
+from specsample.kernels.rejection import KERNEL_METHODS
 from specsample.reference.contract import SpecBatch
 from specsample.reference.methods import METHODS as METHOD_TABLE
 
@@ -32,7 +33,8 @@ VOCAB_SIZES = (32000, 128256, 151936, 262144)
 DTYPES = ("fp32", "bf16")
 LAYOUTS = ("flat", "slotted")
 TEMPERATURES = (1.0, 0.0)
-METHODS = tuple(METHOD_TABLE)
+# The methods of the method table the Triton kernels have a branch for.
+METHODS = KERNEL_METHODS
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 # Target logits are N(0, LOGIT_SCALE^2): a few tokens carry most of the mass at T = 1, as in a

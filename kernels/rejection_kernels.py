@@ -19,6 +19,8 @@ runs up to four launches:
    kernels.
 3. `sample_kernel`, grid ``(B, num_splits)``: Gumbel-max over one split of the final row only:
    the residual ``(p - q)+`` and the target ``p`` (the fallback when the residual has no mass).
+   The noise is the canonical scheme's (``canonical-v2``, `reference.schemes`): each Philox call
+   gives four uniforms, each word a run of 256 consecutive tokens of a 1024-token noise group.
 4. `emit_kernel`, grid ``(B,)``: combines the split candidates and writes the emitted token.
 
 Numbers follow `reference.law`: NaN logits count as ``-inf``; a row with ``+inf`` logits is uniform
@@ -351,11 +353,21 @@ def _split_sample_stats(row_ptr, row_inside, split, vocab_size, inv_temperature,
     best_token = tl.zeros([NOISE_RUN], tl.int32) + first
     for group in range(0, SPLIT_SIZE, NOISE_GROUP):
         group_start = first + group
+        # The group's loads go out before its noise is computed (as in `sample_kernel`).
+        t0 = group_start + lanes
+        x0 = tl.load(row_ptr + t0, mask=(t0 < vocab_size) & row_inside, other=NEG_INF)
+        x1 = tl.load(row_ptr + t0 + NOISE_RUN, mask=(t0 + NOISE_RUN < vocab_size) & row_inside, other=NEG_INF)
+        x2 = tl.load(
+            row_ptr + t0 + 2 * NOISE_RUN, mask=(t0 + 2 * NOISE_RUN < vocab_size) & row_inside, other=NEG_INF
+        )
+        x3 = tl.load(
+            row_ptr + t0 + 3 * NOISE_RUN, mask=(t0 + 3 * NOISE_RUN < vocab_size) & row_inside, other=NEG_INF
+        )
         u0, u1, u2, u3 = _noise_group(seed, step, position, group_start)
         for j in tl.static_range(4):
-            tokens = group_start + j * NOISE_RUN + lanes
+            tokens = t0 + j * NOISE_RUN
             in_vocab = tokens < vocab_size
-            x = _clean(tl.load(row_ptr + tokens, mask=in_vocab & row_inside, other=NEG_INF))
+            x = _clean(_run(x0, x1, x2, x3, j))
             new_max = tl.maximum(row_max, tl.max(x, axis=0))
             scaled = _scaled(x, new_max, inv_temperature)
             weights = tl.where(in_vocab, tl.exp(scaled), 0.0)
@@ -941,6 +953,37 @@ def _target_gumbel_max(target_row_ptr, target_inside, target_max, target_log_sum
     return key, token
 
 
+@triton.jit
+def _sample_run(state, tokens, x, y, u, target_max, target_log_sum, draft_max, draft_log_sum, inv_temperature,
+                draft_token, residual, vocab_size):  # fmt: skip
+    """One run of the sampling pass: ``state = (best key, best token, has mass)`` per lane, updated.
+
+    The key of a token with residual log-weight ``r`` is ``r - log(E)``, ``E = -log u``; for the
+    residual ``r = log p + log(1 - q / p)``, so the key is ``log p + log((1 - q / p) / E)``.
+    """
+    best_key, best_token, mass = state
+    in_vocab = tokens < vocab_size
+    log_p = _scaled(_clean(x), target_max, inv_temperature) - target_log_sum
+    # A probability float64 rounds to zero never wins, as in the specification.
+    log_p = tl.where(in_vocab & (log_p >= LOG_ZERO), log_p, NEG_INF)
+    # E = -log u: +inf at u == 0, where the key is -inf as the Gumbel noise would make it.
+    exponential = -tl.log(u)
+    if residual:
+        log_q = _scaled(_clean(y), draft_max, inv_temperature) - draft_log_sum
+        log_q = tl.where(log_q < LOG_ZERO, NEG_INF, log_q)
+        # (p - q)+ = p (1 - q / p) where p > q; 1 - q / p is 0 or at least 2**-24, and E at most
+        # 21.5, so the quotient below never underflows.
+        fraction = 1.0 - tl.exp(log_q - log_p)
+        has_mass = (log_p > log_q) & (fraction > 0.0)
+        keys = tl.where(has_mass, log_p + tl.log(fraction / exponential), NEG_INF)
+    else:
+        has_mass = (log_p > NEG_INF) & (tokens != draft_token)
+        keys = tl.where(has_mass, log_p - tl.log(exponential), NEG_INF)
+    # Strict `>`: runs ascend, so a lane keeps its lowest token among equal keys.
+    take = keys > best_key
+    return tl.where(take, keys, best_key), tl.where(take, tokens, best_token), tl.where(has_mass, 1, mass)
+
+
 @triton.jit(do_not_specialize=["num_splits"])
 def sample_kernel(
     target_ptr,
@@ -960,10 +1003,10 @@ def sample_kernel(
 ):
     """Gumbel-max candidate of one split of a request's final row under the residual (or restricted) law.
 
-    The key of a token with residual log-weight ``r`` is ``r - log(E)``, ``E = -log u`` (Gumbel-max
-    ``r - log(-log u)``, the canonical noise); for the residual ``r = log p + log(1 - q / p)``, so the
-    key is ``log p + log((1 - q / p) / E)``, one logarithm besides ``log u``. Each lane keeps its
-    best candidate across tiles and the split reduces once at the end. The target law, the fallback
+    The split is read a noise group at a time (`_noise_group`: 256 Philox calls give the uniforms of
+    1024 tokens, as four runs of 256), each run scored by `_sample_run` (Gumbel-max
+    ``r - log(-log u)``, one logarithm besides ``log u``). Each lane keeps its best candidate
+    across runs and the split reduces once at the end. The target law, the fallback
     when the residual has no mass anywhere in the row, is left to `emit_kernel`: it is needed only
     in that degenerate case.
 
@@ -1005,40 +1048,35 @@ def sample_kernel(
         best_key = tl.full([NOISE_RUN], NEG_INF, tl.float32)
         best_token = tl.zeros([NOISE_RUN], tl.int32) + first
         mass = tl.zeros([NOISE_RUN], tl.int32)
+        target_inside = target_offset >= 0
+        draft_inside = residual & (draft_offset >= 0)
         # A split is a whole number of noise groups, or a single split shorter than one group.
+        # Every load of a group goes out before its noise is computed: one token per thread and
+        # run leaves each thread few loads in flight, and the Philox rounds cover their latency.
         for group in range(0, TILES_PER_SPLIT * BLOCK_V, NOISE_GROUP):
-            group_start = first + group
-            u0, u1, u2, u3 = _noise_group(seed, step, position, group_start)
-            for j in tl.static_range(4):
-                tokens = group_start + j * NOISE_RUN + lanes
-                in_vocab = tokens < vocab_size
-                x = _clean(
-                    tl.load(target_row_ptr + tokens, mask=in_vocab & (target_offset >= 0), other=NEG_INF)
-                )
-                log_p = _scaled(x, target_max, inv_temperature) - target_log_sum
-                # A probability float64 rounds to zero never wins, as in the specification.
-                log_p = tl.where(in_vocab & (log_p >= LOG_ZERO), log_p, NEG_INF)
-                # E = -log u: +inf at u == 0, where the key is -inf as the Gumbel noise would make it.
-                exponential = -tl.log(_run(u0, u1, u2, u3, j))
-                if residual:
-                    y = _clean(
-                        tl.load(draft_row_ptr + tokens, mask=in_vocab & (draft_offset >= 0), other=NEG_INF)
-                    )
-                    log_q = _scaled(y, draft_max, inv_temperature) - draft_log_sum
-                    log_q = tl.where(log_q < LOG_ZERO, NEG_INF, log_q)
-                    # (p - q)+ = p (1 - q / p) where p > q; 1 - q / p is 0 or at least 2**-24, and E
-                    # at most 21.5, so the quotient below never underflows.
-                    fraction = 1.0 - tl.exp(log_q - log_p)
-                    has_mass = (log_p > log_q) & (fraction > 0.0)
-                    keys = tl.where(has_mass, log_p + tl.log(fraction / exponential), NEG_INF)
-                else:
-                    has_mass = (log_p > NEG_INF) & (tokens != draft_token)
-                    keys = tl.where(has_mass, log_p - tl.log(exponential), NEG_INF)
-                # Strict `>`: runs ascend, so a lane keeps its lowest token among equal keys.
-                take = keys > best_key
-                best_key = tl.where(take, keys, best_key)
-                best_token = tl.where(take, tokens, best_token)
-                mass = tl.where(has_mass, 1, mass)
+            t0 = first + group + lanes
+            t1 = t0 + NOISE_RUN
+            t2 = t1 + NOISE_RUN
+            t3 = t2 + NOISE_RUN
+            x0 = tl.load(target_row_ptr + t0, mask=(t0 < vocab_size) & target_inside, other=NEG_INF)
+            x1 = tl.load(target_row_ptr + t1, mask=(t1 < vocab_size) & target_inside, other=NEG_INF)
+            x2 = tl.load(target_row_ptr + t2, mask=(t2 < vocab_size) & target_inside, other=NEG_INF)
+            x3 = tl.load(target_row_ptr + t3, mask=(t3 < vocab_size) & target_inside, other=NEG_INF)
+            y0 = tl.load(draft_row_ptr + t0, mask=(t0 < vocab_size) & draft_inside, other=NEG_INF)
+            y1 = tl.load(draft_row_ptr + t1, mask=(t1 < vocab_size) & draft_inside, other=NEG_INF)
+            y2 = tl.load(draft_row_ptr + t2, mask=(t2 < vocab_size) & draft_inside, other=NEG_INF)
+            y3 = tl.load(draft_row_ptr + t3, mask=(t3 < vocab_size) & draft_inside, other=NEG_INF)
+            u0, u1, u2, u3 = _noise_group(seed, step, position, first + group)
+            state = (best_key, best_token, mass)
+            state = _sample_run(state, t0, x0, y0, u0, target_max, target_log_sum, draft_max, draft_log_sum,
+                                inv_temperature, draft_token, residual, vocab_size)  # fmt: skip
+            state = _sample_run(state, t1, x1, y1, u1, target_max, target_log_sum, draft_max, draft_log_sum,
+                                inv_temperature, draft_token, residual, vocab_size)  # fmt: skip
+            state = _sample_run(state, t2, x2, y2, u2, target_max, target_log_sum, draft_max, draft_log_sum,
+                                inv_temperature, draft_token, residual, vocab_size)  # fmt: skip
+            state = _sample_run(state, t3, x3, y3, u3, target_max, target_log_sum, draft_max, draft_log_sum,
+                                inv_temperature, draft_token, residual, vocab_size)  # fmt: skip
+            best_key, best_token, mass = state
         key = tl.max(best_key, axis=0)
         token = tl.min(tl.where(best_key == key, best_token, NO_SPLIT), axis=0)
         record = request.to(tl.int64) * num_splits + split

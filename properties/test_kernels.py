@@ -12,11 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specsample.kernels import registry, rejection
+from specsample.kernels.rejection import KERNEL_METHODS as METHODS
 from specsample.kernels.rejection import rejection_sample, vocab_layout
 from specsample.properties.checks.coupled import agreement
 from specsample.properties.checks.invariants import violations
 from specsample.reference.contract import (
-    METHODS,
     RequestData,
     SpecBatch,
     SpecOutput,
