@@ -248,17 +248,12 @@ def _noise_group(seed, step, position, group_start):
 
 
 @triton.jit
-def _run(u0, u1, u2, u3, J: tl.constexpr):
-    """Run ``J`` of a `_noise_group`."""
-    if J == 0:
-        u = u0
-    elif J == 1:
-        u = u1
-    elif J == 2:
-        u = u2
-    else:
-        u = u3
-    return u
+def _noise_tile(seed, step, position, group_start):
+    """The ``[NOISE_GROUP]`` uniforms of tokens ``group_start + [0, NOISE_GROUP)``, in token order."""
+    u0, u1, u2, u3 = _noise_group(seed, step, position, group_start)
+    # [run, lane] flattened: join gives [lane, a, b] with run a + 2 b; permute puts the run first.
+    joined = tl.join(tl.join(u0, u1), tl.join(u2, u3))
+    return tl.reshape(tl.permute(joined, (2, 1, 0)), (NOISE_GROUP,))
 
 
 @triton.jit
@@ -337,49 +332,36 @@ def _split_stats(
 @triton.jit
 def _split_sample_stats(row_ptr, row_inside, split, vocab_size, inv_temperature, seed, step, position,
                         SPLIT_SIZE: tl.constexpr):  # fmt: skip
-    """`_split_stats` of a sampled strict row, with the split's Gumbel-max candidate, in noise runs.
+    """`_split_stats` of a sampled strict row, with the split's Gumbel-max candidate, in noise groups.
 
     Returns ``(max, sum, candidate logit, candidate gumbel, candidate token)``. The candidate is
-    kept per lane across runs as its raw logit and noise (so a later combine recomputes its key
+    kept per lane across tiles as its raw logit and noise (so a later combine recomputes its key
     against the row max) and reduced once at the end. A split is a whole number of noise groups,
     or a single split shorter than one group.
     """
-    lanes = tl.arange(0, NOISE_RUN)
+    lanes = tl.arange(0, NOISE_GROUP)
     first = split * SPLIT_SIZE
     row_max = tl.full([], NEG_INF, tl.float32)
     row_sum = tl.full([], 0.0, tl.float32)
-    best_logit = tl.full([NOISE_RUN], NEG_INF, tl.float32)
-    best_gumbel = tl.full([NOISE_RUN], NEG_INF, tl.float32)
-    best_token = tl.zeros([NOISE_RUN], tl.int32) + first
+    best_logit = tl.full([NOISE_GROUP], NEG_INF, tl.float32)
+    best_gumbel = tl.full([NOISE_GROUP], NEG_INF, tl.float32)
+    best_token = tl.zeros([NOISE_GROUP], tl.int32) + first
     for group in range(0, SPLIT_SIZE, NOISE_GROUP):
-        group_start = first + group
-        # The group's loads go out before its noise is computed (as in `sample_kernel`).
-        t0 = group_start + lanes
-        x0 = tl.load(row_ptr + t0, mask=(t0 < vocab_size) & row_inside, other=NEG_INF)
-        x1 = tl.load(row_ptr + t0 + NOISE_RUN, mask=(t0 + NOISE_RUN < vocab_size) & row_inside, other=NEG_INF)
-        x2 = tl.load(
-            row_ptr + t0 + 2 * NOISE_RUN, mask=(t0 + 2 * NOISE_RUN < vocab_size) & row_inside, other=NEG_INF
-        )
-        x3 = tl.load(
-            row_ptr + t0 + 3 * NOISE_RUN, mask=(t0 + 3 * NOISE_RUN < vocab_size) & row_inside, other=NEG_INF
-        )
-        u0, u1, u2, u3 = _noise_group(seed, step, position, group_start)
-        for j in tl.static_range(4):
-            tokens = t0 + j * NOISE_RUN
-            in_vocab = tokens < vocab_size
-            x = _clean(_run(x0, x1, x2, x3, j))
-            new_max = tl.maximum(row_max, tl.max(x, axis=0))
-            scaled = _scaled(x, new_max, inv_temperature)
-            weights = tl.where(in_vocab, tl.exp(scaled), 0.0)
-            row_sum = row_sum * _rescale(row_max, new_max, inv_temperature) + tl.sum(weights, axis=0)
-            row_max = new_max
-            gumbel = -tl.log(-tl.log(_run(u0, u1, u2, u3, j)))
-            keys = tl.where(in_vocab, scaled + gumbel, NEG_INF)
-            # Strict `>`: runs ascend, so a lane keeps its lowest token among equal keys.
-            take = keys > _scaled(best_logit, new_max, inv_temperature) + best_gumbel
-            best_logit = tl.where(take, x, best_logit)
-            best_gumbel = tl.where(take, gumbel, best_gumbel)
-            best_token = tl.where(take, tokens, best_token)
+        tokens = first + group + lanes
+        in_vocab = tokens < vocab_size
+        x = _clean(tl.load(row_ptr + tokens, mask=in_vocab & row_inside, other=NEG_INF))
+        new_max = tl.maximum(row_max, tl.max(x, axis=0))
+        scaled = _scaled(x, new_max, inv_temperature)
+        weights = tl.where(in_vocab, tl.exp(scaled), 0.0)
+        row_sum = row_sum * _rescale(row_max, new_max, inv_temperature) + tl.sum(weights, axis=0)
+        row_max = new_max
+        gumbel = -tl.log(-tl.log(_noise_tile(seed, step, position, first + group)))
+        keys = tl.where(in_vocab, scaled + gumbel, NEG_INF)
+        # Strict `>`: tiles ascend, so a lane keeps its lowest token among equal keys.
+        take = keys > _scaled(best_logit, new_max, inv_temperature) + best_gumbel
+        best_logit = tl.where(take, x, best_logit)
+        best_gumbel = tl.where(take, gumbel, best_gumbel)
+        best_token = tl.where(take, tokens, best_token)
     keys = _scaled(best_logit, row_max, inv_temperature) + best_gumbel
     top = tl.max(keys, axis=0)
     cand_token, lane = tl.min(
@@ -928,25 +910,24 @@ def _target_gumbel_max(target_row_ptr, target_inside, target_max, target_log_sum
     """Gumbel-max of the target law over the whole row: ``(key, token)``, ties to the lowest token.
 
     The key of a token is ``e(x) - log(-log u)`` over the tokens whose probability float64 keeps;
-    each lane keeps its own best across runs (runs ascend, so a lane's earlier token wins ties),
+    each lane keeps its own best across tiles (tiles ascend, so a lane's earlier token wins ties),
     and one reduction at the end picks the lowest token among the best keys.
     """
-    lanes = tl.arange(0, NOISE_RUN)
-    best_key = tl.full([NOISE_RUN], NEG_INF, tl.float32)
-    best_token = tl.zeros([NOISE_RUN], tl.int32)
+    lanes = tl.arange(0, NOISE_GROUP)
+    best_key = tl.full([NOISE_GROUP], NEG_INF, tl.float32)
+    best_token = tl.zeros([NOISE_GROUP], tl.int32)
     group_start = 0
     while group_start < vocab_size:
-        u0, u1, u2, u3 = _noise_group(seed, step, position, group_start)
-        for j in tl.static_range(4):
-            tokens = group_start + j * NOISE_RUN + lanes
-            in_vocab = tokens < vocab_size
-            x = _clean(tl.load(target_row_ptr + tokens, mask=in_vocab & target_inside, other=NEG_INF))
-            scaled = _scaled(x, target_max, inv_temperature)
-            keep = in_vocab & (scaled - target_log_sum >= LOG_ZERO)
-            keys = tl.where(keep, scaled - tl.log(-tl.log(_run(u0, u1, u2, u3, j))), NEG_INF)
-            take = keys > best_key
-            best_key = tl.where(take, keys, best_key)
-            best_token = tl.where(take, tokens, best_token)
+        tokens = group_start + lanes
+        in_vocab = tokens < vocab_size
+        x = _clean(tl.load(target_row_ptr + tokens, mask=in_vocab & target_inside, other=NEG_INF))
+        scaled = _scaled(x, target_max, inv_temperature)
+        keep = in_vocab & (scaled - target_log_sum >= LOG_ZERO)
+        u = _noise_tile(seed, step, position, group_start)
+        keys = tl.where(keep, scaled - tl.log(-tl.log(u)), NEG_INF)
+        take = keys > best_key
+        best_key = tl.where(take, keys, best_key)
+        best_token = tl.where(take, tokens, best_token)
         group_start += NOISE_GROUP
     key = tl.max(best_key, axis=0)
     token = tl.min(tl.where(best_key == key, best_token, NO_SPLIT), axis=0)
@@ -954,9 +935,9 @@ def _target_gumbel_max(target_row_ptr, target_inside, target_max, target_log_sum
 
 
 @triton.jit
-def _sample_run(state, tokens, x, y, u, target_max, target_log_sum, draft_max, draft_log_sum, inv_temperature,
-                draft_token, residual, vocab_size):  # fmt: skip
-    """One run of the sampling pass: ``state = (best key, best token, has mass)`` per lane, updated.
+def _sample_tile(state, tokens, x, y, u, target_max, target_log_sum, draft_max, draft_log_sum,
+                 inv_temperature, draft_token, residual, vocab_size):  # fmt: skip
+    """One tile of the sampling pass: ``state = (best key, best token, has mass)`` per lane, updated.
 
     The key of a token with residual log-weight ``r`` is ``r - log(E)``, ``E = -log u``; for the
     residual ``r = log p + log(1 - q / p)``, so the key is ``log p + log((1 - q / p) / E)``.
@@ -979,7 +960,7 @@ def _sample_run(state, tokens, x, y, u, target_max, target_log_sum, draft_max, d
     else:
         has_mass = (log_p > NEG_INF) & (tokens != draft_token)
         keys = tl.where(has_mass, log_p - tl.log(exponential), NEG_INF)
-    # Strict `>`: runs ascend, so a lane keeps its lowest token among equal keys.
+    # Strict `>`: tiles ascend, so a lane keeps its lowest token among equal keys.
     take = keys > best_key
     return tl.where(take, keys, best_key), tl.where(take, tokens, best_token), tl.where(has_mass, 1, mass)
 
@@ -1003,10 +984,10 @@ def sample_kernel(
 ):
     """Gumbel-max candidate of one split of a request's final row under the residual (or restricted) law.
 
-    The split is read a noise group at a time (`_noise_group`: 256 Philox calls give the uniforms of
-    1024 tokens, as four runs of 256), each run scored by `_sample_run` (Gumbel-max
-    ``r - log(-log u)``, one logarithm besides ``log u``). Each lane keeps its best candidate
-    across runs and the split reduces once at the end. The target law, the fallback
+    The split is read a noise group at a time (`_noise_tile`: 256 Philox calls give the uniforms of
+    1024 tokens), each tile scored by `_sample_tile` (Gumbel-max ``r - log(-log u)``, one
+    logarithm besides ``log u``). Each lane keeps its best candidate across tiles and the split
+    reduces once at the end. The target law, the fallback
     when the residual has no mass anywhere in the row, is left to `emit_kernel`: it is needed only
     in that degenerate case.
 
@@ -1043,40 +1024,25 @@ def sample_kernel(
         step = tl.load(step_ptr + request)
         target_row_ptr = target_ptr + tl.maximum(target_offset, 0)
         draft_row_ptr = draft_ptr + tl.maximum(draft_offset, 0)
-        lanes = tl.arange(0, NOISE_RUN)
+        lanes = tl.arange(0, NOISE_GROUP)
         first = split * (TILES_PER_SPLIT * BLOCK_V)
-        best_key = tl.full([NOISE_RUN], NEG_INF, tl.float32)
-        best_token = tl.zeros([NOISE_RUN], tl.int32) + first
-        mass = tl.zeros([NOISE_RUN], tl.int32)
+        best_key = tl.full([NOISE_GROUP], NEG_INF, tl.float32)
+        best_token = tl.zeros([NOISE_GROUP], tl.int32) + first
+        mass = tl.zeros([NOISE_GROUP], tl.int32)
         target_inside = target_offset >= 0
         draft_inside = residual & (draft_offset >= 0)
         # A split is a whole number of noise groups, or a single split shorter than one group.
-        # Every load of a group goes out before its noise is computed: one token per thread and
-        # run leaves each thread few loads in flight, and the Philox rounds cover their latency.
         for group in range(0, TILES_PER_SPLIT * BLOCK_V, NOISE_GROUP):
-            t0 = first + group + lanes
-            t1 = t0 + NOISE_RUN
-            t2 = t1 + NOISE_RUN
-            t3 = t2 + NOISE_RUN
-            x0 = tl.load(target_row_ptr + t0, mask=(t0 < vocab_size) & target_inside, other=NEG_INF)
-            x1 = tl.load(target_row_ptr + t1, mask=(t1 < vocab_size) & target_inside, other=NEG_INF)
-            x2 = tl.load(target_row_ptr + t2, mask=(t2 < vocab_size) & target_inside, other=NEG_INF)
-            x3 = tl.load(target_row_ptr + t3, mask=(t3 < vocab_size) & target_inside, other=NEG_INF)
-            y0 = tl.load(draft_row_ptr + t0, mask=(t0 < vocab_size) & draft_inside, other=NEG_INF)
-            y1 = tl.load(draft_row_ptr + t1, mask=(t1 < vocab_size) & draft_inside, other=NEG_INF)
-            y2 = tl.load(draft_row_ptr + t2, mask=(t2 < vocab_size) & draft_inside, other=NEG_INF)
-            y3 = tl.load(draft_row_ptr + t3, mask=(t3 < vocab_size) & draft_inside, other=NEG_INF)
-            u0, u1, u2, u3 = _noise_group(seed, step, position, first + group)
+            tokens = first + group + lanes
+            in_vocab = tokens < vocab_size
+            x = tl.load(target_row_ptr + tokens, mask=in_vocab & target_inside, other=NEG_INF)
+            y = tl.load(draft_row_ptr + tokens, mask=in_vocab & draft_inside, other=NEG_INF)
+            u = _noise_tile(seed, step, position, first + group)
             state = (best_key, best_token, mass)
-            state = _sample_run(state, t0, x0, y0, u0, target_max, target_log_sum, draft_max, draft_log_sum,
-                                inv_temperature, draft_token, residual, vocab_size)  # fmt: skip
-            state = _sample_run(state, t1, x1, y1, u1, target_max, target_log_sum, draft_max, draft_log_sum,
-                                inv_temperature, draft_token, residual, vocab_size)  # fmt: skip
-            state = _sample_run(state, t2, x2, y2, u2, target_max, target_log_sum, draft_max, draft_log_sum,
-                                inv_temperature, draft_token, residual, vocab_size)  # fmt: skip
-            state = _sample_run(state, t3, x3, y3, u3, target_max, target_log_sum, draft_max, draft_log_sum,
-                                inv_temperature, draft_token, residual, vocab_size)  # fmt: skip
-            best_key, best_token, mass = state
+            best_key, best_token, mass = _sample_tile(
+                state, tokens, x, y, u, target_max, target_log_sum, draft_max, draft_log_sum, inv_temperature,
+                draft_token, residual, vocab_size,
+            )  # fmt: skip
         key = tl.max(best_key, axis=0)
         token = tl.min(tl.where(best_key == key, best_token, NO_SPLIT), axis=0)
         record = request.to(tl.int64) * num_splits + split

@@ -142,11 +142,9 @@ def _canonical_noise_probe(seed_ptr, step_ptr, position_ptr, uniform_ptr, VOCAB:
     step = tl.load(step_ptr + row)
     position = tl.load(position_ptr + row)
     for group_start in range(0, VOCAB, jit.NOISE_GROUP):
-        u0, u1, u2, u3 = jit._noise_group(seed, step, position, group_start)
-        for j in tl.static_range(4):
-            tokens = group_start + j * jit.NOISE_RUN + tl.arange(0, jit.NOISE_RUN)
-            u = jit._run(u0, u1, u2, u3, j)
-            tl.store(uniform_ptr + row * VOCAB + tokens, u, mask=tokens < VOCAB)
+        tokens = group_start + tl.arange(0, jit.NOISE_GROUP)
+        u = jit._noise_tile(seed, step, position, group_start)
+        tl.store(uniform_ptr + row * VOCAB + tokens, u, mask=tokens < VOCAB)
 
 
 def test_canonical_noise_is_the_kernels() -> None:
