@@ -164,6 +164,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from specsample.fuzz.spec import load_variant
     from specsample.properties.batching import on_device
     from specsample.properties.checks import CHECKS, run_checks
+    from specsample.reference.contract import capabilities
 
     if not args.path.exists():
         raise UsageError(f"path {args.path} does not exist")
@@ -171,7 +172,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if not paths:
         raise UsageError(f"path {args.path} holds no reproducer (*.json)")
     device = _check_device(args.device or _default_device())
-    failures = 0
+    failures = skipped = 0
     for path in paths:
         try:
             reproducer = load_reproducer(path)
@@ -179,6 +180,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
             raise UsageError(f"path {path} is not a reproducer: {type(error).__name__}: {error}") from error
         spec = args.variant or reproducer.variant
         variant = load_variant(spec)
+        outside = capabilities(variant).admits(reproducer.batch)
+        if outside is not None:
+            skipped += 1
+            print(f"{path}: {spec}: skipped: {outside} lies outside its declared capabilities")
+            continue
         checks = tuple(CHECKS) if args.all_checks else (reproducer.check,)
         verdicts = run_checks(
             variant,
@@ -192,8 +198,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
         failures += bool(failed)
         status = f"FAILED {failed[0].check}: {failed[0].message}" if failed else "passed"
         print(f"{path}: {spec}: {status}")
-    print(f"{len(paths) - failures} passed, {failures} failed")
-    return EXIT_FAILED if failures else EXIT_PASSED
+    print(f"{len(paths) - failures - skipped} passed, {failures} failed, {skipped} skipped")
+    if failures:
+        return EXIT_FAILED
+    return EXIT_INCONCLUSIVE if skipped == len(paths) else EXIT_PASSED
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -202,7 +210,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     from specsample.kernels import registry
 
     print("variants:")
-    print("  reference        the float64 reference sampler (scheme canonical-v1)")
+    print("  reference        the float64 reference sampler (scheme canonical-v2)")
     print("  walk             specsample.reference.walk:WalkSampler: the vectorised walk, the mutants' host")
     for name in registry.names():
         streams = registry.get(name).streams

@@ -80,6 +80,32 @@ def _underflow(method: Method) -> SpecBatch:
     return make_batch([RequestData(target, [7, VOCAB - 2], draft, temperature=1.0, seed=51)], method=method)
 
 
+def _block(method: Method) -> SpecBatch:
+    """Two tokens carry most of every row, the target favouring one and the draft the other, so
+    ``p(d) / q(d)`` is about 1/2 or 2: weights below 1 that later drafts restore, the paper's example.
+
+    Block verification keeps drafts that token-wise verification rejects, stops past a weight below 1
+    (the weighted residual differs from the token-wise one: M28), keeps with ``h_i`` far from ``w_i``
+    (M29), and stops one draft short of the end (M30).
+    """
+    rng = np.random.default_rng(6)
+    favoured, other = 3, 17
+
+    def rows(count: int, high: int, low: int) -> np.ndarray:
+        logits = rng.normal(size=(count, VOCAB)) * 0.5 - 3.0
+        logits[:, high], logits[:, low] = np.log(2.0), 0.0
+        return logits
+
+    a, b = favoured, other
+    return make_batch(
+        [
+            RequestData(rows(4, a, b), [b, a, b], rows(3, b, a), temperature=1.0, seed=61),
+            RequestData(rows(3, a, b), [b, b], rows(2, b, a), temperature=0.8, seed=62),
+        ],
+        method=method,
+    )
+
+
 def _greedy_and_slots(method: Method) -> SpecBatch:
     """Greedy requests with tied maxima beside sampled ones, drafts read through permuted slots."""
     rng = np.random.default_rng(3)
@@ -128,6 +154,7 @@ SHAPES: dict[str, TargetedCase] = {
     case.name: case
     for case in (
         TargetedCase("verification", "M02-M13 M16 M20 M21", _verification),
+        TargetedCase("block", "M28 M29 M30", _block),
         TargetedCase("zero-mass drafts", "M01 M19", _zero_mass_drafts),
         TargetedCase("greedy and slots", "M14 M15 M18", _greedy_and_slots),
         TargetedCase("synthetic", "M22", lambda method: _synthetic()),

@@ -88,7 +88,7 @@ LIBRARY_CASES: list[tuple[str, Callable[[], object], str]] = [
     ),
     (
         "an unknown method capability",
-        lambda: Capabilities(methods=("block",)).validate(),
+        lambda: Capabilities(methods=("fly",)).validate(),
         "capabilities.methods",
     ),
     ("an unknown arithmetic", lambda: Capabilities(arithmetic="bf16").validate(), "capabilities.arithmetic"),  # type: ignore[arg-type]

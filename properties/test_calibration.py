@@ -14,6 +14,7 @@ from specsample.properties.checks import CHECKS, law_of_m, law_of_y, marginal
 from specsample.properties.checks.base import Component, draw_trials
 from specsample.reference.contract import RequestData, SpecBatch, SpecOutput, make_batch
 from specsample.reference.law import F64Array, RequestInputs, request_inputs, request_law
+from specsample.reference.methods import METHODS
 from specsample.reference.walk import WalkSampler
 
 # Every assertion here has false-failure rate 1e-6, split evenly across the assertions of its test.
@@ -53,6 +54,7 @@ CALIBRATION_CASES = {
     "probabilistic one-hot": ("probabilistic", True),
     "strict": ("strict", False),
     "synthetic": ("synthetic", False),
+    "block": ("block", False),
 }
 
 
@@ -81,12 +83,12 @@ def test_checks_are_calibrated_under_the_reference(case: str) -> None:
         single["joint law"].extend(
             c.pvalue for c in law_y if c.what.startswith("joint law") and c.request < 2
         )
-        if method != "synthetic":
+        if METHODS[method].lossless:
             ids = marginal.drafts_from_q(batch, CALIBRATION_TRIALS, seed)
             marginal_trials = draw_trials(
                 sampler, batch, CALIBRATION_TRIALS, seed, draft_token_ids=ids, purpose="marginal"
             )
-            position_tests, _ = marginal.components(batch, marginal_trials, ALPHA)
+            position_tests, _ = marginal.components(batch, marginal_trials, ALPHA, seed=seed)
             verdict_pvalues["marginal"].append(_family_pvalue(position_tests))
             single["marginal at 0"].extend(
                 c.pvalue for c in position_tests if c.position == 0 and c.request < 2

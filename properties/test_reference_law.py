@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from specsample.reference.contract import RequestData, make_batch
 from specsample.reference.law import RequestInputs, exact_law, request_law, row_probs
 
-METHODS = ("probabilistic", "strict", "synthetic")
+METHODS = ("probabilistic", "strict", "synthetic", "block")
 
 
 def _logits(rng: np.random.Generator, shape: tuple[int, ...], family: str) -> np.ndarray:
@@ -135,6 +135,76 @@ def test_theorem_for_one_hot_and_greedy_drafts(method: str) -> None:
         expected = np.array([row_probs(row, temperature) for row in target])
         for drafts in itertools.product(range(-1, vocab_size), repeat=n):
             marginals = _position_marginals(method, target, None, temperature, [drafts], [1.0])
+            reached = ~np.isnan(marginals).any(axis=1)
+            np.testing.assert_allclose(marginals[reached], expected[reached], rtol=0, atol=1e-12)
+
+
+def _continued_marginals(
+    target: np.ndarray, draft: np.ndarray | None, temperature: float, sequences: list, weights: list[float]
+) -> np.ndarray:
+    """Block verification's output continued by the target: the law of token k given that the tokens
+    before it equal the drafts before it, averaged over the draft sequences (NaN where never so)."""
+    n, vocab_size = target.shape[0] - 1, target.shape[1]
+    p = np.array([row_probs(row, temperature) for row in target])
+    joint, given = np.zeros((n + 1, vocab_size)), np.zeros(n + 1)
+    for drafts, weight in zip(sequences, weights, strict=True):
+        inputs = RequestInputs(target, draft, np.array(drafts, dtype=np.int64), temperature, 0, 0, None)
+        law = request_law("block", inputs)
+        for m, y in itertools.product(range(n + 1), range(vocab_size)):
+            chance = weight * law.stop_probs[m] * law.token_probs[m, y]
+            for rest in itertools.product(range(vocab_size), repeat=n - m):
+                sequence = (*drafts[:m], y, *rest)
+                tail = chance * np.prod([p[m + 1 + j, t] for j, t in enumerate(rest)])
+                for k in range(n + 1):
+                    if sequence[:k] == tuple(drafts[:k]):
+                        joint[k, sequence[k]] += tail
+                        given[k] += tail
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return joint / given[:, None]
+
+
+@pytest.mark.parametrize("vocab_size", [1, 2, 3])
+@pytest.mark.parametrize("num_drafts", [0, 1, 2, 3])
+@pytest.mark.parametrize("family", ["normal", "peaked", "masked", "equal", "disjoint"])
+@pytest.mark.parametrize("temperature", [0.5, 1.0])
+def test_block_output_continued_by_the_target_follows_it(
+    vocab_size: int, num_drafts: int, family: str, temperature: float
+) -> None:
+    """Block verification, drafts drawn from q: given that the output continued by the target starts
+    with the drafts d_0 .. d_{k-1}, its token k is distributed exactly as p_k (the marginal check's
+    statement for methods that verify jointly), to 1e-12."""
+    rng = np.random.default_rng([vocab_size, num_drafts, len(family), int(temperature * 10), 16])
+    target = _logits(
+        rng, (num_drafts + 1, vocab_size), "normal" if family in ("equal", "disjoint") else family
+    )
+    draft = _logits(
+        rng, (num_drafts, vocab_size), family if family not in ("equal", "disjoint") else "normal"
+    )
+    if family == "equal":
+        draft = target[:num_drafts].copy()
+    if family == "disjoint" and vocab_size > 1:
+        target[:, : vocab_size // 2] = -np.inf
+        draft[:, vocab_size // 2 :] = -np.inf
+    q = np.array([row_probs(row, temperature) for row in draft]).reshape(num_drafts, vocab_size)
+    sequences = list(itertools.product(range(vocab_size), repeat=num_drafts))
+    weights = [float(np.prod([q[i, d] for i, d in enumerate(seq)])) for seq in sequences]
+    marginals = _continued_marginals(target, draft, temperature, sequences, weights)
+    expected = np.array([row_probs(row, temperature) for row in target])
+    assert not np.isnan(marginals[0]).any()
+    reached = ~np.isnan(marginals).any(axis=1)
+    np.testing.assert_allclose(marginals[reached], expected[reached], rtol=0, atol=1e-12)
+
+
+def test_block_output_continued_by_the_target_with_fixed_drafts() -> None:
+    """With one-hot drafts (any fixed sequence, placeholders included) or greedy rows, the block
+    output continued by the target still follows p position by position."""
+    rng = np.random.default_rng(9)
+    vocab_size, n = 3, 3
+    target = rng.normal(size=(n + 1, vocab_size))
+    for temperature in (0.0, 1.0):
+        expected = np.array([row_probs(row, temperature) for row in target])
+        for drafts in itertools.product(range(-1, vocab_size), repeat=n):
+            marginals = _continued_marginals(target, None, temperature, [drafts], [1.0])
             reached = ~np.isnan(marginals).any(axis=1)
             np.testing.assert_allclose(marginals[reached], expected[reached], rtol=0, atol=1e-12)
 

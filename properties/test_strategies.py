@@ -102,3 +102,41 @@ def test_spec_batches_build_on_the_requested_device(batch: SpecBatch) -> None:
     """The device argument places every tensor of the batch."""
     assert batch.device == torch.device("cpu")
     assert batch.draft_token_ids.device == batch.seed.device == torch.device("cpu")
+
+
+def test_every_method_is_drawn_and_only_inside_the_capabilities() -> None:
+    """Among 200 derandomized draws every method of the table appears, block verification among them;
+    a sampler that declares no block method never gets a block batch."""
+    from specsample.reference.contract import Capabilities
+    from specsample.reference.methods import METHODS
+
+    seen: set[str] = set()
+
+    @settings(max_examples=200, database=None, derandomize=True)
+    @given(strategies.spec_batches(profile="ci", max_requests=1, max_drafts=1, max_vocab=8))
+    def draw(batch: SpecBatch) -> None:
+        seen.add(batch.method)
+
+    draw()
+    assert seen == set(METHODS)
+    without = Capabilities(methods=("strict", "probabilistic", "synthetic"))
+
+    @settings(max_examples=100, database=None, derandomize=True)
+    @given(strategies.spec_batches(profile="ci", max_requests=1, max_vocab=8, capabilities=without))
+    def draw_without(batch: SpecBatch) -> None:
+        assert batch.method in without.methods
+
+    draw_without()
+
+
+def test_targeted_cases_cover_block_verification_inside_the_capabilities() -> None:
+    """Block verification gets the targeted shapes its table row names, the block shape among them, and
+    a sampler that declares no block method gets none of them."""
+    from specsample.fuzz.targeted import targeted_cases
+    from specsample.reference.contract import Capabilities
+    from specsample.reference.methods import METHODS
+
+    names = [name for name, batch, _ in targeted_cases(("block",)) if batch.method == "block"]
+    assert names == [f"block: {shape}" for shape in METHODS["block"].targeted]
+    without = Capabilities(methods=("strict", "probabilistic", "synthetic"))
+    assert all(reason == "method block" for _, _, reason in targeted_cases(("block",), without))

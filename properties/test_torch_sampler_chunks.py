@@ -63,7 +63,7 @@ def _sample_with_free_memory(
 
 @pytest.mark.parametrize("vocab_size", VOCAB_SIZES)
 @pytest.mark.parametrize("draft_kind", ["one-hot", "flat", "slotted"])
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", torch_sampler.TorchRejectionSampler.capabilities.methods)
 def test_chunked_output_is_the_one_call_output(
     monkeypatch: pytest.MonkeyPatch, method: str, draft_kind: str, vocab_size: int
 ) -> None:

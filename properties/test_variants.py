@@ -18,7 +18,7 @@ from specsample.properties.suite import (
     slow_under_interpreter,
     variant_names,
 )
-from specsample.reference.contract import METHODS, RequestData, SpecBatch, make_batch
+from specsample.reference.contract import METHODS, RequestData, SpecBatch, capabilities, make_batch
 from specsample.reference.synthetic import conditional_rates, synthetic_params
 from specsample.reference.walk import WalkSampler
 
@@ -53,9 +53,10 @@ def test_exact_checks_hold_on_generated_batches(name: str) -> None:
     slow = slow_under_interpreter(name)
     sizes = {"max_requests": 2, "max_drafts": 3} if slow else {}
     trials = PROFILE.interpreted_trials if slow else 20
+    caps = capabilities(variant)
 
     @settings(max_examples=PROFILE.interpreted_examples if slow else PROFILE.variant_examples)
-    @given(batch=strategies.spec_batches(profile="ci", **sizes), seed=_seeds())
+    @given(batch=strategies.spec_batches(profile="ci", capabilities=caps, **sizes), seed=_seeds())
     def check(batch: SpecBatch, seed: int) -> None:
         assert_verdicts(run_checks(variant, batch, checks=EXACT, num_samples=trials, seed=seed), seed=seed)
 
@@ -71,7 +72,12 @@ def test_statistical_checks_hold_on_generated_batches(name: str) -> None:
     num_samples = _num_samples(name) // 2
 
     @settings(max_examples=PROFILE.variant_examples)
-    @given(batch=strategies.spec_batches(profile="ci", max_requests=3, max_vocab=1100), seed=_seeds())
+    @given(
+        batch=strategies.spec_batches(
+            profile="ci", max_requests=3, max_vocab=1100, capabilities=capabilities(variant)
+        ),
+        seed=_seeds(),
+    )
     def check(batch: SpecBatch, seed: int) -> None:
         verdicts = run_checks(variant, batch, checks=STATISTICAL, num_samples=num_samples, seed=seed)
         assert_verdicts(verdicts, seed=seed)
@@ -94,7 +100,7 @@ def fixed_batch(case: str, device: str = "cpu") -> SpecBatch:
     counts, temperatures = [3, 0, 2], [1.0, 0.7, 1.0]
     if case == "greedy rows mixed in":
         temperatures = [0.0, 1.0, 0.0]
-    method = {"strict": "strict", "synthetic": "synthetic"}.get(case, "probabilistic")
+    method = {"strict": "strict", "synthetic": "synthetic", "block": "block"}.get(case, "probabilistic")
     one_hot = case == "one-hot drafts"
     requests = []
     for b, (n, temperature) in enumerate(zip(counts, temperatures, strict=True)):
@@ -127,6 +133,7 @@ FIXED_CASES = (
     "synthetic",
     "greedy rows mixed in",
     "needle at the last tile",
+    "block",
 )
 
 
@@ -136,10 +143,13 @@ def test_all_checks_hold_on_fixed_shapes(name: str, case: str) -> None:
     """Every check passes on each method and draft layout at the profile's full statistical budget."""
     if slow_under_interpreter(name):
         pytest.skip("the statistical checks of an interpreted Triton variant run in the gpu tier")
+    batch = fixed_batch(case)
+    if batch.method not in capabilities(load_variant(name)).methods:
+        pytest.skip(f"{name} does not implement method {batch.method}")
     seed = FIXED_CASES.index(case)
     # The needle puts all mass on six ids of 4097, so a quarter of the trials keeps its power.
     num_samples = _num_samples(name) // (4 if case == "needle at the last tile" else 1)
-    verdicts = run_checks(load_variant(name), fixed_batch(case), num_samples=num_samples, seed=seed)
+    verdicts = run_checks(load_variant(name), batch, num_samples=num_samples, seed=seed)
     assert_verdicts(verdicts, seed=seed)
 
 
@@ -168,8 +178,12 @@ def _gpu_trials(batch: SpecBatch, budget: int) -> int:
 def test_gpu_all_checks_hold_on_generated_batches(name: str) -> None:
     """On the GPU, every check passes on generated batches up to 256K-token vocabularies."""
     variant = load_variant(name)
+    caps = capabilities(variant)
 
-    @given(batch=strategies.spec_batches(profile="gpu", max_requests=8, device="cuda"), seed=_seeds())
+    @given(
+        batch=strategies.spec_batches(profile="gpu", max_requests=8, device="cuda", capabilities=caps),
+        seed=_seeds(),
+    )
     def check(batch: SpecBatch, seed: int) -> None:
         num_samples = _gpu_trials(batch, PROFILE.num_samples)
         assert_verdicts(run_checks(variant, batch, num_samples=num_samples, seed=seed), seed=seed)
@@ -185,7 +199,9 @@ LARGE_VOCABULARIES = (32000, 128256, 151936, 262144)
 @pytest.mark.parametrize("vocab_size", LARGE_VOCABULARIES)
 @pytest.mark.parametrize("name", GPU_VARIANTS)
 def test_gpu_checks_hold_at_production_vocabularies(name: str, vocab_size: int, method: str) -> None:
-    """At production vocabulary sizes, Zipf-shaped laws pass every check."""
+    """At production vocabulary sizes, Zipf-shaped laws pass every check (of the methods it implements)."""
+    if method not in capabilities(load_variant(name)).methods:
+        pytest.skip(f"{name} does not implement method {method}")
     rng = np.random.default_rng(vocab_size)
     requests = []
     for b, n in enumerate([4, 1, 0, 3]):

@@ -10,8 +10,10 @@ given the drafts before it, row ``n`` the bonus position); draft laws ``q_0 .. q
 
 - **Weights.** ``w_0 = 1`` and ``w_{i+1} = min(1, w_i * p_i(d_i) / q_i(d_i))``. A draft of target
   probability 0 gives 0 (it is never kept, whatever ``q`` says, as for the other methods); a draft of
-  draft probability 0 and target probability above 0 gives 1. A placeholder (``d_i = -1``) has target
-  probability 0.
+  draft probability 0 and target probability above 0 gives 1. A placeholder (``d_i = -1``) is a draft
+  outside the vocabulary, proposed with certainty: its target probability is 0 and its draft law
+  ``q_i`` has no mass on the vocabulary (`draft_laws`), so a stop there emits ``y ~ p_i``, as the
+  other methods do.
 - **Keep probabilities.** For ``1 <= i < n``, with the residual mass
   ``S_i = sum_x max(w_i * p_i(x) - q_i(x), 0)``: ``h_i = S_i / (S_i + 1 - w_i)``, and 1 when both
   ``S_i`` and ``1 - w_i`` are 0. ``h_n = w_n``.
@@ -25,6 +27,10 @@ given the drafts before it, row ``n`` the bonus position); draft laws ``q_0 .. q
 Greedy rows, one-hot drafts and odd values need no rule of their own: a greedy row's ``p`` is
 ``onehot(argmax)``, a one-hot draft's ``q`` is ``onehot(d)``, and with them the weights keep exactly
 the drafts that equal the argmax chain and emit its next token, as greedy verification does.
+
+The rules `next_weight`, `keep_probability` and `residual` work on one position of any number of
+requests at once: the exact law below, the scalar reference sampler and the vectorised walk
+(`reference.walk`) are all built from them.
 """
 
 from __future__ import annotations
@@ -61,20 +67,51 @@ class BlockLaw:
         return float(np.dot(np.arange(self.stop_probs.size), self.stop_probs))
 
 
+def draft_laws(draft: F64Array, ids: npt.ArrayLike) -> F64Array:
+    """Rows ``[..., V]`` of the draft laws block verification reads: ``q_i``, and no mass at a placeholder."""
+    real = np.asarray(ids)[..., None] >= 0
+    return np.asarray(np.where(real, draft, 0.0), dtype=np.float64)
+
+
+def next_weight(weight: npt.ArrayLike, target_prob: npt.ArrayLike, draft_prob: npt.ArrayLike) -> F64Array:
+    """``w_{i+1} = min(1, w_i * p_i(d_i) / q_i(d_i))`` from ``w_i`` and the laws at the draft.
+
+    0 once a weight is 0 or where ``p(d) = 0``; ``min(1, w_i * inf) = 1`` where ``q(d) = 0 < p(d)``.
+    """
+    w, p, q = (np.asarray(x, dtype=np.float64) for x in (weight, target_prob, draft_prob))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(p <= 0.0, 0.0, np.where(q <= 0.0, np.inf, p / q))
+        return np.asarray(np.where(w > 0.0, np.minimum(1.0, w * ratio), 0.0), dtype=np.float64)
+
+
+def keep_probability(weight: npt.ArrayLike, target: F64Array, draft: F64Array) -> F64Array:
+    """``h_i = S_i / (S_i + 1 - w_i)`` of rows ``[..., V]`` (1 where both are 0), for ``1 <= i < n``."""
+    w = np.asarray(weight, dtype=np.float64)
+    mass = np.maximum(w[..., None] * target - draft, 0.0).sum(axis=-1)
+    total = mass + (1.0 - w)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.asarray(np.where(total <= 0.0, 1.0, mass / total), dtype=np.float64)
+
+
+def residual(weight: npt.ArrayLike, target: F64Array, draft: F64Array) -> F64Array:
+    """The law of the token emitted after a stop at ``m < n`` (rows ``[..., V]``): the weighted residual
+    ``max(w_m p_m - q_m, 0)`` normalised, or ``p_m`` where it has no mass."""
+    w = np.asarray(weight, dtype=np.float64)
+    weighted = np.maximum(w[..., None] * target - draft, 0.0)
+    total = weighted.sum(axis=-1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.asarray(np.where(total > 0.0, weighted / total, target), dtype=np.float64)
+
+
 def block_weights(target: F64Array, draft: F64Array, ids: Sequence[int] | I64Array) -> F64Array:
     """``[n + 1]`` the weights ``w_i`` (the module docstring defines them)."""
-    n = len(ids)
-    weights = np.ones(n + 1)
-    for i, token in enumerate(np.asarray(ids, dtype=np.int64)):
-        p = float(target[i, token]) if 0 <= token < target.shape[1] else 0.0
-        q = float(draft[i, token]) if 0 <= token < draft.shape[1] else 0.0
-        if p <= 0.0:
-            ratio = 0.0
-        elif q <= 0.0:
-            ratio = np.inf
-        else:
-            ratio = p / q
-        weights[i + 1] = min(1.0, weights[i] * ratio) if weights[i] > 0.0 else 0.0
+    ids = np.asarray(ids, dtype=np.int64)
+    weights = np.ones(ids.size + 1)
+    for i, token in enumerate(ids):
+        real = 0 <= token < target.shape[1]
+        p = target[i, token] if real else 0.0
+        q = draft[i, token] if real else 0.0
+        weights[i + 1] = next_weight(weights[i], p, q)
     return weights
 
 
@@ -82,11 +119,8 @@ def keep_probabilities(target: F64Array, draft: F64Array, weights: F64Array) -> 
     """``[n + 1]`` the keep probabilities ``h_i``: ``h_0 = 1``, ``h_n = w_n``."""
     n = weights.size - 1
     keep = np.ones(n + 1)
-    for i in range(1, n):
-        mass = float(np.maximum(weights[i] * target[i] - draft[i], 0.0).sum())
-        rest = 1.0 - weights[i]
-        keep[i] = 1.0 if mass + rest <= 0.0 else mass / (mass + rest)
     if n:
+        keep[1:n] = keep_probability(weights[1:n], target[1:n], draft[1:n])
         keep[n] = weights[n]
     return keep
 
@@ -97,13 +131,12 @@ def emission_law(target: F64Array, draft: F64Array, weights: F64Array, kept: int
     n = weights.size - 1
     if kept == n:
         return np.asarray(target[n], dtype=np.float64)
-    residual = np.maximum(weights[kept] * target[kept] - draft[kept], 0.0)
-    total = float(residual.sum())
-    return residual / total if total > 0.0 else np.asarray(target[kept], dtype=np.float64)
+    return residual(weights[kept], target[kept], draft[kept])
 
 
 def block_law(target: F64Array, draft: F64Array, ids: Sequence[int] | I64Array) -> BlockLaw:
     """The exact law of ``(m, y)`` for one request (``target [n + 1, V]``, ``draft [n, V]``)."""
+    draft = draft_laws(draft, np.asarray(ids, dtype=np.int64))
     weights = block_weights(target, draft, ids)
     keep = keep_probabilities(target, draft, weights)
     n = weights.size - 1

@@ -51,7 +51,7 @@ class SpecBatch:
         temperature: ``[B]`` fp32; ``0`` means greedy.
         seed: ``[B]`` int64.
         step: ``[B]`` int64 in ``[0, 2**32)``.
-        method: ``"strict"``, ``"probabilistic"`` or ``"synthetic"``.
+        method: ``"strict"``, ``"probabilistic"``, ``"synthetic"`` or ``"block"``.
         synthetic_rates: ``[K]`` float64 conditional acceptance rates, required for synthetic.
         draft_slot: ``[B]`` int32/int64 slot of each request in slotted ``draft_logits``.
         max_num_drafts: optional host-side ``max(n_b)``; lets a GPU sampler size its output

@@ -11,6 +11,11 @@ emitted token ``y``. Position ``i`` follows the rules of `reference.methods`:
   ``p(d)`` and ``p`` without ``d``; synthetic: the rate ``c_i`` and ``p``);
 - all ``n`` accepted: ``y ~ p_n``, the bonus row.
 
+Block verification (``verifies_jointly`` in the method table) has no per-position rule: its law of
+``(m, y)`` is `reference.block.block_law` on the same laws ``p_i`` and ``q_i`` (after temperature;
+greedy rows one-hot, one-hot drafts ``onehot(d)``, a placeholder a draft outside the vocabulary), and
+``accept_probs[i]`` is ``P(m > i | m >= i)``.
+
 Row laws: NaN logits count as ``-inf``; a row with ``+inf`` logits is uniform over them (the limit
 of a growing logit); a row with no finite logit and no ``+inf`` is uniform over the vocabulary.
 Temperatures above ``1e30`` act as ``1e30`` (`MAX_TEMPERATURE`: the law is uniform to within
@@ -29,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from . import methods
+from . import block, methods
 from .contract import FP32_TINY, Arithmetic, SpecBatch
 
 F64Array = npt.NDArray[np.float64]
@@ -207,15 +212,22 @@ def request_law(method: str, inputs: RequestInputs, arithmetic: Arithmetic = "lo
     drafts = inputs.draft_probs().reshape(n, vocab_size)
     if arithmetic == "fp32-probs":
         targets, drafts = flush_to_fp32(targets), flush_to_fp32(drafts)
-    rates = inputs.synthetic_rates if inputs.synthetic_rates is not None else np.zeros(n)
-    accept_probs = np.zeros(n)
-    token_probs = targets.copy()
-    for i in range(n):
-        accept_probs[i], token_probs[i] = position_law(
-            rules, targets[i], drafts[i], int(inputs.draft_token_ids[i]), float(rates[i]), inputs.greedy
-        )
-    reach = np.concatenate([[1.0], np.cumprod(accept_probs)])  # P(m >= j)
-    stop_probs = reach * np.concatenate([1.0 - accept_probs, [1.0]])
+    if rules.verifies_jointly:
+        joint = block.block_law(targets, drafts, inputs.draft_token_ids)
+        stop_probs, token_probs = joint.stop_probs, joint.token_probs
+        reach = np.cumsum(stop_probs[::-1])[::-1]  # P(m >= j)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            accept_probs = np.where(reach[:-1] > 0.0, np.minimum(1.0, reach[1:] / reach[:-1]), 0.0)
+    else:
+        rates = inputs.synthetic_rates if inputs.synthetic_rates is not None else np.zeros(n)
+        accept_probs = np.zeros(n)
+        token_probs = targets.copy()
+        for i in range(n):
+            accept_probs[i], token_probs[i] = position_law(
+                rules, targets[i], drafts[i], int(inputs.draft_token_ids[i]), float(rates[i]), inputs.greedy
+            )
+        reach = np.concatenate([[1.0], np.cumprod(accept_probs)])  # P(m >= j)
+        stop_probs = reach * np.concatenate([1.0 - accept_probs, [1.0]])
     return RequestLaw(
         accept_probs=accept_probs,
         stop_probs=stop_probs,

@@ -10,6 +10,9 @@ The per-position rules are written here once. At position ``i`` of a request, wi
   exact law, `Method.decide` its decision from the sampler's uniform (or from the row's sample,
   when it ``decides_by_sampling``).
 
+A method that ``verifies_jointly`` (block verification) has no per-position rule: it decides how
+many drafts to keep from all of them at once, by the rules of `reference.block`.
+
 The exact law (`reference.law`), the scalar reference sampler (`reference.sampler`) and the
 vectorised walk (`reference.walk`) all take their rules from here. `METHODS` is the table: the
 checks, the strategies, the targeted cases, the benchmark grid, the CLI and the kernels' method
@@ -26,7 +29,7 @@ import numpy.typing as npt
 F64Array = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 
-MethodName = Literal["strict", "probabilistic", "synthetic"]
+MethodName = Literal["strict", "probabilistic", "synthetic", "block"]
 
 
 def accepts(target_prob: npt.ArrayLike, draft_prob: npt.ArrayLike, uniform: npt.ArrayLike) -> BoolArray:
@@ -68,10 +71,15 @@ class Method:
             ``x == d``; on rejection that sample is emitted.
         accepts_any_draft: an accepted draft may have target probability 0 (lossy by design).
         exact_decision: the decision compares exact values (no float32 rounding can flip it).
-        uses_draft_law: the decision compares ``p(d)`` with ``u q(d)`` and a rejection draws from
-            ``(p - q)+``, so the sampler reads the draft logits (and the walk's near-tie model
-            follows the rounding of both).
+        uses_draft_law: the decision and the token after a rejection read the draft law ``q``
+            (``p(d)`` against ``u q(d)`` and the residual ``(p - q)+``, or block verification's
+            weights and residual), so the sampler reads the draft logits (and the walk's near-tie
+            model follows the rounding of both).
         takes_rates: the method reads ``synthetic_rates``.
+        verifies_jointly: the drafts are verified jointly (`reference.block`): the exact law, the
+            samplers and the walk take block verification's rules instead of the per-position ones,
+            and the marginal check continues each output with the target (a position reached is
+            not distributed as ``p`` on its own).
         strategy_weight: how often the strategies draw the method, relative to the others.
         targeted: the targeted cases (`fuzz.targeted`) built for the method.
     """
@@ -85,6 +93,7 @@ class Method:
     exact_decision = False
     uses_draft_law = False
     takes_rates = False
+    verifies_jointly = False
     strategy_weight = 1
     targeted: tuple[str, ...] = ()
 
@@ -174,4 +183,19 @@ class Synthetic(Method):
         return np.asarray(uniform < rate)
 
 
-METHODS: dict[str, Method] = {m.name: m for m in (Strict(), Probabilistic(), Synthetic())}
+class Block(Method):
+    """Block verification (Sun et al., ICLR 2025): drafts verified jointly, never fewer kept on average.
+
+    Its rules (weights, keep probabilities, the weighted residual) are `reference.block`'s; the
+    per-position hooks do not apply to it.
+    """
+
+    name = "block"
+    kernel_code = 3
+    uses_draft_law = True
+    verifies_jointly = True
+    strategy_weight = 2  # the most rules (weights, keep probabilities, weighted residual, fallback)
+    targeted = ("verification", "block", "zero-mass drafts", "greedy and slots", "nan rows", "underflow")
+
+
+METHODS: dict[str, Method] = {m.name: m for m in (Strict(), Probabilistic(), Synthetic(), Block())}

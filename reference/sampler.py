@@ -3,18 +3,23 @@
 It is the readable form of the sampling algorithm every exact sampler of the harness shares:
 fed a random scheme's uniforms (`reference.schemes`, the canonical streams by default), it decides
 each draft in order and emits one token after the accepted ones, sampling by Gumbel-max
-(``argmax(log w + g)``, ties to the lowest index). `reference.walk` is the same algorithm
-vectorised over a batch; the two agree token for token.
+(``argmax(log w + g)``, ties to the lowest index). Block verification decides from all the drafts
+at once: ``eta_i`` is the acceptance uniform of position ``i - 1``, ``m`` the largest ``i`` with
+``eta_i < h_i``, and the token is drawn from row ``m``'s weighted residual with row ``m``'s noise
+(`reference.block`). `reference.walk` is the same algorithm vectorised over a batch; the two agree
+token for token.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import torch
 
+from . import block
 from .contract import SpecBatch, SpecOutput
 from .law import F64Array, RequestInputs, greedy_token, request_inputs, row_probs
 from .methods import METHODS
@@ -89,23 +94,46 @@ def _decide(
     return False, gumbel_argmax(law, noise.gumbel[i])
 
 
-def sample_request(method: str, inputs: RequestInputs, noise: RequestNoise) -> RequestSample:
-    """Run the rejection sampler on one request with the given random numbers."""
+def _verify_block(
+    inputs: RequestInputs, targets: F64Array, drafts: F64Array, noise: RequestNoise
+) -> list[int]:
+    """Block verification (`reference.block`): ``m`` from the keep probabilities and the acceptance
+    uniforms ``eta_i`` (position ``i - 1``'s), then the drafts kept and one token drawn at row ``m``."""
+    n, ids = inputs.num_drafts, inputs.draft_token_ids
+    drafts = block.draft_laws(drafts, ids)
+    weights = block.block_weights(targets, drafts, ids)
+    kept = block.kept_drafts(block.keep_probabilities(targets, drafts, weights), noise.accept_uniforms)
+    if inputs.greedy:
+        emitted = int(greedy_token(inputs.target_logits[kept]))
+    elif kept == n:
+        emitted = gumbel_argmax(targets[n], noise.gumbel[n])
+    else:
+        residual = block.residual(weights[kept], targets[kept], drafts[kept])
+        emitted = gumbel_argmax(residual, noise.gumbel[kept])
+    return [*(int(d) for d in ids[:kept]), emitted]
+
+
+def _verify_in_order(
+    method: str, inputs: RequestInputs, targets: F64Array, drafts: F64Array, noise: RequestNoise
+) -> list[int]:
+    """The per-position rules: each draft decided in order up to the first rejection, then one token."""
     n = inputs.num_drafts
-    targets, drafts = inputs.target_probs(), inputs.draft_probs()
     tokens: list[int] = []
     for i in range(n):
         accepted, emitted = _decide(method, inputs, targets, drafts, noise, i)
         if not accepted:
-            tokens.append(emitted)
-            break
+            return [*tokens, emitted]
         tokens.append(int(inputs.draft_token_ids[i]))
-    else:
-        bonus = inputs.target_logits[n]
-        if inputs.greedy:
-            tokens.append(int(greedy_token(bonus)))
-        else:
-            tokens.append(gumbel_argmax(targets[n], noise.gumbel[n]))
+    if inputs.greedy:
+        return [*tokens, int(greedy_token(inputs.target_logits[n]))]
+    return [*tokens, gumbel_argmax(targets[n], noise.gumbel[n])]
+
+
+def sample_request(method: str, inputs: RequestInputs, noise: RequestNoise) -> RequestSample:
+    """Run the rejection sampler on one request with the given random numbers."""
+    targets, drafts = inputs.target_probs(), inputs.draft_probs()
+    verify = _verify_block if METHODS[method].verifies_jointly else partial(_verify_in_order, method)
+    tokens = verify(inputs, targets, drafts, noise)
     logprob_temperature = inputs.temperature if not inputs.greedy else 1.0
     with np.errstate(divide="ignore"):
         logprobs = [

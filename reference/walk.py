@@ -12,32 +12,42 @@ Stages, in the order a position meets them: `Walk.read` (the batch as float64 ro
 rejection); then, at the final row, `Walk.rejection_row` or `Walk.bonus_row`, `Walk.sample`
 (Gumbel-max) or `Walk.rejection_token`, and `Walk.pack`.
 
+Block verification (a method that ``verifies_jointly``) reads every row of a request before it
+decides: `Walk.block_weight` (``w_{i+1}`` from ``w_i``, ``p(d)`` and ``q(d)``),
+`Walk.keep_probability` (``h_i``), `Walk.keeps` (``eta_i < h_i``, with ``eta_i`` the acceptance
+uniform of position ``i - 1``); ``m`` is the largest ``i`` kept; then `Walk.block_bonus` (whether
+the token is the bonus) and `Walk.bonus_row`, or `Walk.block_residual` at row ``m``, and
+`Walk.sample`.
+
 Beside the output, the walk marks every emitted position whose decision float32 arithmetic could
-flip: a *near tie*. The model works in the log domain a kernel computes in (``eps = 2**-23``,
-times `reference.schemes.TOL_ULPS`): ``e(x) = (x - max) / T`` carries ``|e| + 4 + log2(V)`` ulps
-(its rounding and the row's log-sum-exp), the Gumbel noise the scheme's tolerance, ``log u``
-``|log u| + 1`` ulps; a residual weight ``p - q`` is known to ``tol_p p + tol_q q``. A probability
-within tolerance of ``2**-1075`` (where float64 rounds to zero) may round either way, and the
-float64 subnormal range below ``e**-700`` is imprecise in the reference itself; both count as near.
-Greedy decisions and synthetic acceptances compare exact values and are never near.
+flip: a *near tie* (`reference.near_ties` holds the model). For block verification a decision
+``eta_i < h_i`` that could flip may move ``m`` anywhere between the largest index surely kept and
+the largest possibly kept, so every emitted position from the first of those to ``m`` is near.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 import torch
 
+from . import block
 from .contract import SpecBatch, SpecOutput
-from .law import MAX_TEMPERATURE, greedy_token, row_probs
+from .law import greedy_token, row_probs
 from .methods import METHODS, Method
-from .schemes import CANONICAL, EPS32, TOL_ULPS, Noise, RandomScheme
+from .near_ties import (
+    acceptance_near,
+    block_keep_bounds,
+    log_law,
+    near_argmax,
+    ratio_bounds,
+    residual_near,
+    target_intervals,
+)
+from .schemes import CANONICAL, Noise, RandomScheme
 
-LOG_ZERO = -1075 * math.log(2.0)
-LOG_SUBNORMAL = -700.0
 DEFAULT_MAX_ELEMENTS = 1 << 22
 
 F64Array = npt.NDArray[np.float64]
@@ -154,6 +164,8 @@ class _Chunk:
     sampled: I64Array  # [A, W] the row samples drawn to decide (strict), -1 elsewhere
     accept_u: F64Array  # [A, W] the acceptance uniforms of the positions decided
     near: BoolArray
+    weights: F64Array  # [A, W] block verification's weights w_i (1 for the other methods)
+    weight_tolerance: F64Array  # [A, W] how far a float32 kernel's log w_i may lie from it
     decisions: int = 0
 
 
@@ -192,9 +204,15 @@ class Walk:
                 sampled=np.full((requests.size, width), -1, dtype=np.int64),
                 accept_u=np.zeros((requests.size, width)),
                 near=near[requests],
+                weights=np.ones((requests.size, width)),
+                weight_tolerance=np.zeros((requests.size, width)),
             )
-            self._decide_drafts(rows, method, chunk)
-            self._emit(rows, method, chunk)
+            if method.verifies_jointly:
+                self._verify_block(rows, chunk)
+                self._emit_block(rows, chunk)
+            else:
+                self._decide_drafts(rows, method, chunk)
+                self._emit(rows, method, chunk)
             tokens[requests], logprobs[requests], near[requests] = chunk.tokens, chunk.logprobs, chunk.near
             emitted[requests] = chunk.accepted + 1
             decisions += chunk.decisions
@@ -264,6 +282,28 @@ class Walk:
         """The row of the bonus draw: ``n``."""
         return counts
 
+    def block_weight(
+        self, weight: F64Array, p_draft: F64Array, q_draft: F64Array, real: BoolArray
+    ) -> F64Array:
+        """Block verification: ``w_{i+1} = min(1, w_i p(d) / q(d))``; 0 after a placeholder."""
+        return np.where(real, block.next_weight(weight, p_draft, q_draft), 0.0)
+
+    def keep_probability(self, weight: F64Array, p: F64Array, q: F64Array) -> F64Array:
+        """Block verification: ``h_i = S_i / (S_i + 1 - w_i)`` at a row ``1 <= i < n``."""
+        return block.keep_probability(weight, p, q)
+
+    def keeps(self, keep: F64Array, eta: F64Array) -> BoolArray:
+        """Block verification: whether index ``i`` is kept, ``eta_i < h_i``."""
+        return np.asarray(eta < keep)
+
+    def block_bonus(self, kept: I64Array, counts: I64Array) -> BoolArray:
+        """Block verification: which requests emit the bonus, those that kept every draft."""
+        return np.asarray(kept >= counts)
+
+    def block_residual(self, weight: F64Array, p: F64Array, q: F64Array) -> F64Array:
+        """Block verification: the law of the token after a stop at ``m < n``, the weighted residual."""
+        return block.residual(weight, p, q)
+
     def pack(
         self, rows: BatchRows, tokens: I64Array, emitted: I64Array, logprobs: npt.NDArray[np.float32]
     ) -> SpecOutput:
@@ -306,9 +346,9 @@ class Walk:
                 noise = self._noise(rows, a[s], position, vocab_size)
                 chunk.sampled[local[s], position] = self.sample(p[s], noise)
                 accept[s] = real[s] & (chunk.sampled[local[s], position] == ids[s])
-                near[s] = _near_argmax(
+                near[s] = near_argmax(
                     chunk.sampled[local[s], position],
-                    *_target_intervals(log_law(logits[s], temperature[s]), noise),
+                    *target_intervals(log_law(logits[s], temperature[s]), noise),
                 )
                 chunk.decisions += local.size
             else:
@@ -317,7 +357,7 @@ class Walk:
                 accept[s] = real[s] & self.decide(method, p_draft[s], q_draft[s], u[s], rate)
                 if not method.exact_decision:
                     d = draft_logits[s] if draft_logits is not None else None
-                    near[s] = _acceptance_near(logits[s], d, temperature[s], ids[s], u[s])
+                    near[s] = acceptance_near(logits[s], d, temperature[s], ids[s], u[s])
                     chunk.decisions += int(np.sum(by_argmax)) + s.size
                 else:
                     chunk.decisions += local.size
@@ -353,7 +393,7 @@ class Walk:
             noise = self._noise(rows, requests[s], row, vocab_size)
             row_logits = rows.target_rows(requests[s], row)
             final[s] = self.sample(self.target_law(row_logits, temperature[s]), noise)
-            near[s] = _near_argmax(final[s], *_target_intervals(log_law(row_logits, temperature[s]), noise))
+            near[s] = near_argmax(final[s], *target_intervals(log_law(row_logits, temperature[s]), noise))
         if rejected.any():
             s = np.nonzero(rejected)[0]
             row = self.rejection_row(m[s])
@@ -366,44 +406,144 @@ class Walk:
             )
             final[s] = self.rejection_token(method, p, q_full, ids[s], noise, chunk.accept_u[s, m[s]])
             if method.uses_draft_law:
-                near[s] = _residual_near(
+                near[s] = residual_near(
                     final[s], rows.target_rows(requests[s], row), draft_logits, temperature[s], ids[s], noise
                 )
             else:
-                near[s] = _near_argmax(
-                    final[s], *_target_intervals(log_law(logits[s], temperature[s]), noise)
-                )
+                near[s] = near_argmax(final[s], *target_intervals(log_law(logits[s], temperature[s]), noise))
         index = np.arange(requests.size)
         chunk.tokens[index, m] = final
         chunk.logprobs[index, m] = _logprobs(logits, temperature, final)
         chunk.near[index, m] |= near
 
+    def _block_rows(
+        self, rows: BatchRows, requests: I64Array, position: npt.ArrayLike
+    ) -> tuple[F64Array, F64Array | None, F64Array, F64Array, I64Array]:
+        """Row ``position`` of each request: target logits, draft logits, ``p``, block's ``q``, drafts."""
+        vocab_size = rows.target.shape[1]
+        temperature = rows.temperature[requests]
+        logits = rows.target_rows(requests, position)
+        ids = rows.draft_ids(requests, position)
+        draft_logits = rows.draft_rows(requests, position)
+        q = self.draft_law(draft_logits, temperature, ids)
+        one_hot = np.asarray(np.arange(vocab_size) == ids[:, None], dtype=np.float64)
+        q_block = block.draft_laws(one_hot if q is None else q, ids)
+        return logits, draft_logits, self.target_law(logits, temperature), q_block, ids
+
+    def _verify_block(self, rows: BatchRows, chunk: _Chunk) -> None:
+        """Block verification: every request's weights and keep decisions, then ``m`` and its drafts."""
+        requests = chunk.requests
+        counts = rows.counts[requests]
+        width = chunk.tokens.shape[1]
+        weight = np.ones(requests.size)
+        log_weight = np.zeros((2, requests.size))  # bounds of log w_i a float32 kernel may hold
+        surely, possibly = np.zeros((2, requests.size), dtype=np.int64)  # largest index surely / maybe kept
+        drafts = np.full((requests.size, width), -1, dtype=np.int64)
+        draft_logprobs = np.full((requests.size, width), np.nan, dtype=np.float32)
+        for position in range(int(counts.max(initial=0))):
+            local = np.nonzero(position < counts)[0]
+            temperature = rows.temperature[requests[local]]
+            logits, draft_logits, p, q, ids = self._block_rows(rows, requests[local], position)
+            chunk.weights[local, position] = weight[local]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                spread = np.abs(log_weight[:, local] - np.log(weight[local])).max(axis=0)
+            chunk.weight_tolerance[local, position] = np.where(weight[local] > 0, spread, 0.0)
+            drafts[local, position] = ids
+            draft_logprobs[local, position] = _logprobs(logits, temperature, ids)
+            if position:
+                keep = self.keep_probability(weight[local], p, q)
+                weight_bounds = np.exp(log_weight[:, local])
+                bounds = block_keep_bounds(weight_bounds, logits, draft_logits, temperature, ids)
+                self._keep_decision(rows, chunk, local, position, keep, bounds, (surely, possibly))
+            p_draft, q_draft, real = self.draft_probs(p, q, ids)
+            weight[local] = self.block_weight(weight[local], p_draft, q_draft, real)
+            log_ratio = np.stack(ratio_bounds(logits, draft_logits, temperature, ids))
+            log_weight[:, local] = _clamped_sum(log_weight[:, local], log_ratio)
+            last = local[position + 1 == counts[local]]  # h_n = w_n
+            if last.size:
+                bounds = np.exp(log_weight[:, last])
+                self._keep_decision(rows, chunk, last, position + 1, weight[last], bounds, (surely, possibly))
+        inside = np.arange(width)[None, :] < chunk.accepted[:, None]
+        chunk.tokens[inside] = drafts[inside]
+        chunk.logprobs[inside] = draft_logprobs[inside]
+        column = np.arange(width)[None, :]
+        span = (column >= surely[:, None]) & (column <= chunk.accepted[:, None])
+        chunk.near |= (surely < possibly)[:, None] & span
+
+    def _keep_decision(
+        self,
+        rows: BatchRows,
+        chunk: _Chunk,
+        local: I64Array,
+        index: int,
+        keep: F64Array,
+        bounds: F64Array,
+        kept_range: tuple[I64Array, I64Array],
+    ) -> None:
+        """Decide index ``index`` of the requests ``local`` (``eta_i < h_i``); track which indices a
+        float32 kernel keeps surely (``eta_i`` below ``bounds[0]``) or possibly (below ``bounds[1]``)."""
+        a = chunk.requests[local]
+        eta = self.accept_uniforms(rows.seed[a], rows.step[a], index - 1)
+        kept = self.keeps(keep, eta)
+        exact = rows.temperature[a] == 0.0
+        surely, possibly = kept_range
+        chunk.accepted[local[kept]] = index
+        surely[local[kept & (exact | (eta < bounds[0]))]] = index
+        possibly[local[kept | (~exact & (eta < bounds[1]))]] = index
+        chunk.decisions += local.size
+
+    def _emit_block(self, rows: BatchRows, chunk: _Chunk) -> None:
+        """Block verification's token after the ``m`` kept drafts: the bonus, or the weighted residual."""
+        requests, m = chunk.requests, chunk.accepted
+        counts = rows.counts[requests]
+        vocab_size = rows.target.shape[1]
+        temperature = rows.temperature[requests]
+        bonus = self.block_bonus(m, counts)
+        row = np.where(bonus, self.bonus_row(counts), m)
+        logits = rows.target_rows(requests, row)
+        final = greedy_token(logits)
+        near = np.zeros(requests.size, dtype=bool)
+        drawn = temperature > 0.0
+        chunk.decisions += int(np.sum(drawn))
+        if (drawn & bonus).any():
+            s = np.nonzero(drawn & bonus)[0]
+            noise = self._noise(rows, requests[s], row[s], vocab_size)
+            final[s] = self.sample(self.target_law(logits[s], temperature[s]), noise)
+            near[s] = near_argmax(final[s], *target_intervals(log_law(logits[s], temperature[s]), noise))
+        if (drawn & ~bonus).any():
+            s = np.nonzero(drawn & ~bonus)[0]
+            target_logits, draft_logits, p, q, ids = self._block_rows(rows, requests[s], row[s])
+            noise = self._noise(rows, requests[s], row[s], vocab_size)
+            weight = chunk.weights[s, row[s]]
+            final[s] = self.sample(self.block_residual(weight, p, q), noise)
+            plain = near_argmax(final[s], *target_intervals(log_law(target_logits, temperature[s]), noise))
+            spread = chunk.weight_tolerance[s, row[s]]
+            weighted = residual_near(
+                final[s],
+                target_logits,
+                draft_logits,
+                temperature[s],
+                np.maximum(ids, 0),
+                noise,
+                weight,
+                spread,
+            )
+            near[s] = np.where(ids >= 0, weighted, plain)
+        index = np.arange(requests.size)
+        chunk.tokens[index, m] = final
+        chunk.logprobs[index, m] = _logprobs(rows.target_rows(requests, m), temperature, final)
+        chunk.near[index, m] |= near
+
+
+def _clamped_sum(log_weight: F64Array, log_ratio: F64Array) -> F64Array:
+    """``log min(1, w r)`` elementwise from ``log w`` and ``log r``; a weight of 0 stays 0."""
+    with np.errstate(invalid="ignore"):
+        total = np.minimum(0.0, log_weight + log_ratio)
+    return np.where(np.isneginf(log_weight) | np.isneginf(log_ratio), -np.inf, total)
+
 
 # ---------------------------------------------------------------------------------------------
-# The near-tie model
-
-
-@dataclass(frozen=True)
-class LogLaw:
-    """Rows of ``log softmax(logits / T)`` that never underflow, with their float32 tolerance."""
-
-    log_probs: F64Array
-    tolerance: F64Array
-
-
-def log_law(logits: F64Array, temperature: F64Array) -> LogLaw:
-    """The log-domain law of every row (``T = 1`` for greedy rows) and the float32 tolerance of each entry."""
-    clean = np.where(np.isnan(logits), -np.inf, logits)
-    t = np.minimum(np.where(temperature > 0, temperature, 1.0), MAX_TEMPERATURE)[:, None]
-    row_max = clean.max(axis=1, keepdims=True)
-    with np.errstate(invalid="ignore"):
-        scaled = np.where(clean == row_max, 0.0, (clean - row_max) / t)
-    scaled = np.where(np.isposinf(row_max), np.where(np.isposinf(clean), 0.0, -np.inf), scaled)
-    scaled = np.where(np.isneginf(row_max), 0.0, scaled)
-    log_probs = scaled - np.log(np.exp(scaled).sum(axis=1, keepdims=True))
-    finite = np.isfinite(scaled)
-    bits = np.abs(np.where(finite, scaled, 0.0)) + 4 + math.log2(clean.shape[1])
-    return LogLaw(log_probs, np.where(finite, TOL_ULPS * EPS32 * bits, 0.0))
+# Logprobs
 
 
 def _logprobs(logits: F64Array, temperature: F64Array, tokens: I64Array) -> npt.NDArray[np.float32]:
@@ -411,106 +551,6 @@ def _logprobs(logits: F64Array, temperature: F64Array, tokens: I64Array) -> npt.
     law = row_probs(logits, np.where(temperature > 0, temperature, 1.0))
     with np.errstate(divide="ignore"):
         return np.log(law[np.arange(tokens.size), np.maximum(tokens, 0)]).astype(np.float32)
-
-
-def _zero_ambiguous(log_prob: F64Array, tolerance: F64Array) -> BoolArray:
-    """Where float32 or float64 may round a probability to zero or not."""
-    return np.asarray((log_prob >= LOG_ZERO - tolerance - 1e-9) & (log_prob <= LOG_SUBNORMAL))
-
-
-def _near_argmax(winner: I64Array, low: F64Array, high: F64Array) -> BoolArray:
-    """Per row, whether any other key's upper bound reaches the winner's lower bound."""
-    if high.shape[1] < 2:
-        return np.zeros(high.shape[0], dtype=bool)
-    rows = np.arange(high.shape[0])
-    others = high.copy()
-    others[rows, winner] = -np.inf
-    return np.asarray(low[rows, winner] <= others.max(axis=1))
-
-
-def _target_intervals(law: LogLaw, noise: Noise) -> tuple[F64Array, F64Array]:
-    """Bounds of the Gumbel-max keys ``log p + g`` a float32 kernel may compute."""
-    ambiguous = _zero_ambiguous(law.log_probs, law.tolerance)
-    alive = law.log_probs > LOG_ZERO + law.tolerance
-    high = np.where(
-        alive | ambiguous, law.log_probs + law.tolerance + noise.gumbel + noise.tolerance, -np.inf
-    )
-    low = np.where(
-        alive & ~ambiguous, law.log_probs - law.tolerance + noise.gumbel - noise.tolerance, -np.inf
-    )
-    return low, high
-
-
-def _acceptance_near(
-    target_logits: F64Array, draft_logits: F64Array | None, temperature: F64Array, ids: I64Array, u: F64Array
-) -> BoolArray:
-    """Whether ``log p(d) - log u - log q(d)`` lies within float32 tolerance of 0 (or of zero mass)."""
-    rows, safe = np.arange(ids.size), np.maximum(ids, 0)
-    law = log_law(target_logits, temperature)
-    log_p, tol_p = law.log_probs[rows, safe], law.tolerance[rows, safe]
-    if draft_logits is None:
-        log_q, tol_q = np.zeros(ids.size), np.zeros(ids.size)
-    else:
-        draft_law = log_law(draft_logits, temperature)
-        log_q, tol_q = draft_law.log_probs[rows, safe], draft_law.tolerance[rows, safe]
-    with np.errstate(divide="ignore"):
-        log_u = np.where(u > 0, np.log(np.where(u > 0, u, 1.0)), -np.inf)
-    tol_u = np.where(u > 0, TOL_ULPS * EPS32 * (1 + np.abs(np.where(u > 0, log_u, 0.0))), 0.0)
-    with np.errstate(invalid="ignore"):
-        margin = np.where(
-            np.isneginf(log_p), -np.inf, np.where(np.isneginf(log_u + log_q), np.inf, log_p - log_u - log_q)
-        )
-    return np.asarray(
-        _zero_ambiguous(log_p, tol_p)
-        | _zero_ambiguous(log_q, tol_q)
-        | (np.isfinite(margin) & (np.abs(margin) <= tol_p + tol_q + tol_u))
-    )
-
-
-def _residual_near(
-    choice: I64Array,
-    target_logits: F64Array,
-    draft_logits: F64Array | None,
-    temperature: F64Array,
-    ids: I64Array,
-    noise: Noise,
-) -> BoolArray:
-    """Whether the residual draw after a rejected real draft could flip under float32 rounding."""
-    rows = np.arange(ids.size)
-    target_law = log_law(target_logits, temperature)
-    low, high = _target_intervals(target_law, noise)
-    if draft_logits is None:
-        # One-hot drafts: the residual is p without the drafted token.
-        low, high = low.copy(), high.copy()
-        low[rows, ids] = high[rows, ids] = -np.inf
-        full_low, full_high = _target_intervals(target_law, noise)
-        nothing_left = ~np.isfinite(high).any(axis=1)
-        return np.asarray(
-            np.where(nothing_left, _near_argmax(choice, full_low, full_high), _near_argmax(choice, low, high))
-        )
-    draft_law = log_law(draft_logits, temperature)
-    p, q = np.exp(target_law.log_probs), np.exp(draft_law.log_probs)
-    identical = np.all(
-        (target_logits == draft_logits) | (np.isnan(target_logits) & np.isnan(draft_logits)), axis=1
-    )
-    error = target_law.tolerance * p + draft_law.tolerance * q + np.where(identical, 0.0, 1e-320)[:, None]
-    difference = p - q
-    with np.errstate(divide="ignore", invalid="ignore"):
-        res_high = np.where(
-            difference + error > 0,
-            np.log(np.maximum(difference + error, 0)) + noise.gumbel + noise.tolerance,
-            -np.inf,
-        )
-        res_low = np.where(
-            difference - error > 0,
-            np.log(np.maximum(difference - error, 0)) + noise.gumbel - noise.tolerance,
-            -np.inf,
-        )
-    target = row_probs(target_logits, temperature)
-    has_mass = np.maximum(target - row_probs(draft_logits, temperature), 0.0).sum(axis=1) > 0.0
-    # Without residual mass the walk falls back to p; a kernel might still see a sliver of residual.
-    fallback_near = np.isfinite(res_high).any(axis=1) | _near_argmax(choice, low, high)
-    return np.asarray(np.where(has_mass, _near_argmax(choice, res_low, res_high), fallback_near))
 
 
 class WalkSampler(Walk):

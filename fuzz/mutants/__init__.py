@@ -2,7 +2,9 @@
 
 Each mutant is the walk (`reference.walk.WalkSampler`, exact on the canonical streams) with one
 stage overridden the way a shipped bug changed it; M23 plants its bug in the Triton kernel's
-source. `MUTANTS` maps the id to where it lives and which checks MUTANTS.md expects to kill it.
+source. M28-M30 plant block-verification bugs (`reference.block`) in the walk's block stages.
+`MUTANTS` maps the id to where it lives and which checks are expected to kill it (MUTANTS.md's for
+M01-M27).
 """
 
 from __future__ import annotations
@@ -200,6 +202,30 @@ MUTANTS: dict[str, Mutant] = {
             "Fp32ProbsDeclaredLog",
             "fp32 probabilities while declaring log space",
             "law_of_m",
+        ),
+        _m(
+            "M28",
+            "m28_token_residual_after_block",
+            "TokenResidualAfterBlock",
+            "block: token-wise residual after a stop",
+            "law_of_y",
+            "marginal",
+        ),
+        _m(
+            "M29",
+            "m29_keep_probability_is_weight",
+            "KeepProbabilityIsWeight",
+            "block: keep probability h_i = w_i",
+            "law_of_m",
+        ),
+        _m(
+            "M30",
+            "m30_bonus_after_partial_block",
+            "BonusAfterPartialBlock",
+            "block: bonus row sampled when m = n - 1",
+            "invariants",
+            "law_of_y",
+            "marginal",
         ),
     ]
 }

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from specsample.fuzz.cli import EXIT_FAILED, EXIT_PASSED, main
+from specsample.fuzz.cli import EXIT_FAILED, EXIT_INCONCLUSIVE, EXIT_PASSED, main
 from specsample.fuzz.mutants import MUTANTS
 from specsample.fuzz.reproducer import load_reproducer
 
@@ -33,3 +33,12 @@ def test_corpus_passes_correct_variants(variant: str, capsys: pytest.CaptureFixt
     assert main(["replay", str(CORPUS), "--variant", variant, "--device", "cpu"]) == EXIT_PASSED, (
         capsys.readouterr().out
     )
+
+
+def test_a_reproducer_outside_a_variants_capabilities_is_skipped(capsys: pytest.CaptureFixture[str]) -> None:
+    """A block reproducer replayed against the PyTorch sampler (no block method) is skipped, not run:
+    alone it is inconclusive (exit 3), never a pass or a failure."""
+    block = [p for p in REPRODUCERS if load_reproducer(p).batch.method == "block"]
+    assert block
+    assert main(["replay", str(block[0]), "--variant", "torch", "--device", "cpu"]) == EXIT_INCONCLUSIVE
+    assert "skipped: method block lies outside its declared capabilities" in capsys.readouterr().out

@@ -237,6 +237,29 @@ def test_coverage_counts_buckets_and_names_what_was_missed() -> None:
     json.dumps(coverage.summary())
 
 
+def test_coverage_counts_block_verification_where_a_sampler_has_it() -> None:
+    """Block verification is a bucket of the methods dimension for a sampler that implements it (the
+    default capabilities, the walk's) and none for one that does not (the Triton sampler's)."""
+    from specsample.kernels.rejection import TritonRejectionSampler
+
+    coverage = Coverage.of(profiles.get("ci"), Capabilities())
+    assert "block" in coverage.possible["methods"]
+    assert "block" in coverage.missing()["methods"]
+    coverage.observe(
+        {
+            "method": "block",
+            "vocab_size": 20,
+            "dtype": "float32",
+            "layout": "flat",
+            "placeholders": True,
+            "requests": [{"family": "zipf", "temperature": 1.0, "num_drafts": 4}],
+        }
+    )
+    assert coverage.counts["methods"]["block"] == 1 and "block" not in coverage.missing().get("methods", [])
+    triton = Coverage.of(profiles.get("ci"), TritonRejectionSampler.capabilities)
+    assert "block" not in triton.possible["methods"]
+
+
 def test_a_campaign_reports_its_coverage() -> None:
     """A short search campaign's result holds the coverage of the batches it checked."""
     result = run_campaign(WalkSampler(), "walk", profile="ci", seconds=4.0, targeted=False, progress=False)

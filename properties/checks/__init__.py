@@ -7,7 +7,7 @@
 - ``law_of_m``: the number accepted follows `reference.law.exact_law`.
 - ``law_of_y``: the joint law of ``(m, y)`` and the law of ``y`` given each ``m`` follow the exact law.
 - ``marginal``: with the drafts drawn from ``q``, every reached position follows ``p`` (lossless
-  methods).
+  methods; for block verification, the positions of the output continued by the target).
 - ``steps``: with each request's seed fixed, outputs over distinct steps follow the exact law (a
   sampler that ignores the step repeats itself every decoding step).
 - ``composition``: a request's output does not depend on the rest of the batch, its place in it, or

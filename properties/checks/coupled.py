@@ -20,9 +20,10 @@ from specsample.properties.batching import select_requests
 from specsample.properties.checks.base import Check, Settings, Trials, Verdict, draw_trials, exact_verdict
 from specsample.properties.checks.invariants import logprob_ok
 from specsample.reference.contract import SpecBatch, SpecOutput, Variant
+from specsample.reference.near_ties import log_law
 from specsample.reference.sampler import reference_sample
 from specsample.reference.schemes import CANONICAL, RandomScheme
-from specsample.reference.walk import BatchRows, WalkResult, log_law, walk
+from specsample.reference.walk import BatchRows, WalkResult, walk
 
 # Coupled agreement replays at most this many logits in float64 (the first trials of each request).
 DEFAULT_COUPLED_ELEMENTS = 1 << 24

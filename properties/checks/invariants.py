@@ -23,7 +23,7 @@ from specsample.properties.checks.base import Check, Settings, Trials, Verdict, 
 from specsample.reference.contract import Arithmetic, SpecBatch, SpecOutput, Variant
 from specsample.reference.law import RequestInputs, RequestLaw, exact_law, greedy_token, request_inputs
 from specsample.reference.methods import METHODS, Method
-from specsample.reference.walk import LOG_SUBNORMAL, LogLaw, log_law
+from specsample.reference.near_ties import LOG_SUBNORMAL, LogLaw, log_law
 
 I64Array = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]

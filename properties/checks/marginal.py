@@ -1,10 +1,23 @@
 """The marginal: with drafts drawn from ``q`` afresh in every trial, every reached position follows ``p``.
 
 The speculative-sampling theorem; it applies to lossless methods only (not synthetic sampling). Per
-request and position ``k``: a G-test of the tokens emitted at ``k`` by the trials that reached it
-against ``p_k`` (pooled cells; one observation of probability 0 rejects). Holm combines them at
-level ``alpha``. ``detectable``: the total variation at position 0 (reached by every trial) detected
-with power 0.999 at Holm's first level, the largest over requests.
+request and position ``k``: a G-test of the tokens at ``k`` of the trials that reached it against
+``p_k`` (pooled cells; one observation of probability 0 rejects). Holm combines them at level
+``alpha`` (the false-failure rate). ``detectable``: the total variation at position 0 (reached by
+every trial) detected with power 0.999 at Holm's first level, the largest over requests.
+
+Token-wise methods: a trial reaches position ``k`` when it emits more than ``k`` tokens (its first
+``k`` drafts were accepted), and the token it emits there follows ``p_k``.
+
+Methods that verify jointly (block verification): the token of a position reached that way is not
+distributed as ``p_k`` (block verification keeps drafts that token-wise verification would reject,
+and its weighted residuals after them make up the difference). What is lossless is the output
+continued by the target: each trial's emitted tokens followed, after position ``m``, by fresh draws
+from the target rows ``p_{m+1} .. p_n`` (exact float64 draws from a generator derived from the
+check's seed, so a verdict replays). A trial reaches position ``k`` when the first ``k`` tokens of
+that sequence equal its drafts ``d_0 .. d_{k-1}``, and its token there follows ``p_k``: the drafts
+are drawn from fixed rows ``q_i``, the target rows are fixed too, so the sequence follows the
+target law position by position.
 """
 
 from __future__ import annotations
@@ -28,6 +41,7 @@ from specsample.reference.law import exact_law, request_inputs
 from specsample.reference.methods import METHODS
 
 I64Array = npt.NDArray[np.int64]
+F64Array = npt.NDArray[np.float64]
 
 
 def drafts_from_q(batch: SpecBatch, num_trials: int, seed: int) -> I64Array:
@@ -53,11 +67,39 @@ def drafts_from_q(batch: SpecBatch, num_trials: int, seed: int) -> I64Array:
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
+def continued(tokens: I64Array, emitted: I64Array, target: F64Array, rng: np.random.Generator) -> I64Array:
+    """``[N, n + 1]`` each trial's emitted tokens, then fresh float64 draws from the target rows
+    ``p_{m+1} .. p_n`` (``target [n + 1, V]``) after its last emitted position ``m``."""
+    num_trials, rows = tokens.shape[0], target.shape[0]
+    cdf = np.cumsum(target, axis=1)
+    u = rng.random((num_trials, rows)) * cdf[:, -1][None, :]
+    fresh = np.stack([np.searchsorted(cdf[k], u[:, k], side="right") for k in range(rows)], axis=1)
+    # Rounding may land past the last token of positive mass; step back to it.
+    last_positive = target.shape[1] - 1 - np.argmax(target[:, ::-1] > 0, axis=1)
+    fresh = np.minimum(fresh, last_positive[None, :])
+    inside = np.arange(rows)[None, :] < emitted[:, None]
+    return np.asarray(np.where(inside, tokens[:, :rows], fresh), dtype=np.int64)
+
+
+def trial_drafts(batch: SpecBatch, trials: Trials, request: int) -> I64Array:
+    """``[N, n]`` the drafts each trial of ``request`` saw (the batch's own when none were drawn)."""
+    counts = batch.num_drafts()
+    n, num_trials = counts[request], trials.num_trials
+    if trials.draft_token_ids is None:
+        own = request_inputs(batch)[request].draft_token_ids
+        return np.repeat(own[None, :], num_trials, axis=0)
+    start = num_trials * sum(counts[:request])
+    return trials.draft_token_ids[start : start + num_trials * n].reshape(num_trials, n)
+
+
 def components(
-    batch: SpecBatch, trials: Trials, alpha: float, arithmetic: Arithmetic = "log"
+    batch: SpecBatch, trials: Trials, alpha: float, arithmetic: Arithmetic = "log", seed: int = 0
 ) -> tuple[list[Component], Deviation]:
-    """The tests of every position's marginal, and the deviation they detect."""
+    """The tests of every position's marginal, and the deviation they detect (``seed`` derives the
+    target's continuation of the outputs of a method that verifies jointly)."""
     vocab_size = batch.vocab_size
+    joint = METHODS[batch.method].verifies_jointly
+    rng = derived_rng(seed, "continuation")
     tests: list[Component] = []
     first_rows = []
     for b, law in enumerate(exact_law(batch, arithmetic)):
@@ -65,8 +107,16 @@ def components(
         n = law.accept_probs.shape[0]
         emitted = np.clip(emitted, 0, n + 1)
         first_rows.append(law.target_probs[0])
+        if joint:
+            sequence, drafts = (
+                continued(tokens, emitted, law.target_probs, rng),
+                trial_drafts(batch, trials, b),
+            )
         for k in range(n + 1):
-            reached = tokens[emitted > k, k]
+            if joint:
+                reached = sequence[np.all(sequence[:, :k] == drafts[:, :k], axis=1), k]
+            else:
+                reached = tokens[emitted > k, k]
             if reached.size == 0:
                 continue
             inside = (reached >= 0) & (reached < vocab_size)
@@ -87,7 +137,8 @@ def components(
 
 
 class Marginal(StatisticalCheck):
-    """Every reached position follows ``p`` when the drafts are drawn from ``q`` (lossless methods)."""
+    """Every reached position follows ``p`` when the drafts are drawn from ``q`` (lossless methods; for
+    a method that verifies jointly, positions of the output continued by the target)."""
 
     name = "marginal"
     shares_trials = False
@@ -111,7 +162,7 @@ class Marginal(StatisticalCheck):
         self, batch: SpecBatch, trials: Trials, settings: Settings
     ) -> tuple[list[Component], Deviation]:
         """The tests of every position's marginal, and the deviation they detect."""
-        return components(batch, trials, settings.alpha, settings.arithmetic)
+        return components(batch, trials, settings.alpha, settings.arithmetic, settings.seed)
 
 
 CHECK = Marginal()

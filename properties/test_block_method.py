@@ -1,0 +1,252 @@
+"""Block verification as a method: its exact law, its samplers and the checks that hold it to that law."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from specsample.fuzz.mutants import MUTANTS
+from specsample.fuzz.selftest import Blind
+from specsample.properties import stats, strategies
+from specsample.properties.checks import CHECKS
+from specsample.properties.stats import goodness_of_fit
+from specsample.reference import block
+from specsample.reference.contract import RequestData, SpecBatch, make_batch, split_output
+from specsample.reference.law import exact_law, request_inputs
+from specsample.reference.sampler import reference_sample
+from specsample.reference.schemes import CANONICAL, SCHEMES, RandomScheme
+from specsample.reference.walk import WalkSampler, walk
+
+# alpha per statistical assertion; each states the deviation it detects with power 0.999.
+ALPHA = 1e-6
+
+
+# ---------------------------------------------------------------------------------------------
+# exact_law against an independent float64 computation
+
+
+def _laws(logits: np.ndarray, temperature: float) -> np.ndarray:
+    """Rows of softmax(logits / T) in float64, or one-hot on the first largest logit at T = 0."""
+    if temperature == 0.0:
+        return np.eye(logits.shape[1])[np.argmax(logits, axis=1)]
+    scaled = logits / temperature
+    weights = np.exp(scaled - scaled.max(axis=1, keepdims=True))
+    return weights / weights.sum(axis=1, keepdims=True)
+
+
+def independent_law(p: np.ndarray, q: np.ndarray, ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """``(P(m = i), law of y given m = i)`` by the paper's definitions, with plain loops: the 2**n
+    outcomes of the independent keep events ``eta_i < h_i`` enumerated, ``m`` their largest index."""
+    n, vocab = len(ids), p.shape[1]
+    q = np.array([q[i] if ids[i] >= 0 else np.zeros(vocab) for i in range(n)]).reshape(n, vocab)
+    w = [1.0]
+    for i, d in enumerate(ids):
+        if d < 0 or w[i] == 0.0 or p[i, d] == 0.0:
+            w.append(0.0)
+        elif q[i, d] == 0.0:
+            w.append(1.0)
+        else:
+            w.append(min(1.0, w[i] * p[i, d] / q[i, d]))
+    keep = [1.0]
+    for i in range(1, n):
+        mass = sum(max(w[i] * p[i, x] - q[i, x], 0.0) for x in range(vocab))
+        keep.append(1.0 if mass + 1.0 - w[i] == 0.0 else mass / (mass + 1.0 - w[i]))
+    keep += [w[n]] if n else []
+    stop = np.zeros(n + 1)
+    for outcome in itertools.product((False, True), repeat=n):
+        chance = np.prod([keep[j + 1] if hit else 1.0 - keep[j + 1] for j, hit in enumerate(outcome)])
+        stop[max((j + 1 for j, hit in enumerate(outcome) if hit), default=0)] += chance
+    tokens = np.zeros((n + 1, vocab))
+    tokens[n] = p[n]
+    for i in range(n):
+        residual = np.array([max(w[i] * p[i, x] - q[i, x], 0.0) for x in range(vocab)])
+        tokens[i] = residual / residual.sum() if residual.sum() > 0.0 else p[i]
+    return stop, tokens
+
+
+@st.composite
+def small_requests(draw: st.DrawFn) -> tuple[list[RequestData], list[tuple[np.ndarray, np.ndarray]]]:
+    """One to three requests over at most 5 tokens and 4 drafts: flat or one-hot drafts, greedy rows,
+    placeholders, ``-inf`` masks; with each request's float64 laws computed here from its float32 inputs."""
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    vocab = draw(st.integers(1, 5))
+    one_hot = draw(st.booleans())
+    requests, laws = [], []
+    for _ in range(draw(st.integers(1, 3))):
+        n = draw(st.integers(0, 4))
+        temperature = float(np.float32(draw(st.sampled_from([0.0, 0.5, 1.0, 2.0]))))
+        target = rng.normal(size=(n + 1, vocab)).astype(np.float32) * np.float32(2.0)
+        draft = rng.normal(size=(n, vocab)).astype(np.float32) * np.float32(2.0)
+        if draw(st.booleans()) and vocab > 1:
+            target[rng.random(target.shape) < 0.3] = -np.inf
+            target[:, 0] = np.where(np.isneginf(target).all(axis=1), 0.0, target[:, 0])
+        ids = [int(x) for x in rng.integers(-1, vocab, size=n)]
+        requests.append(RequestData(target, ids, None if one_hot else draft, temperature, seed=len(requests)))
+        p = _laws(target.astype(np.float64), temperature)
+        one_hot_q = np.eye(vocab)[np.maximum(np.asarray(ids, dtype=np.int64), 0)]
+        q = one_hot_q if one_hot else _laws(draft.astype(np.float64), temperature)
+        laws.append(independent_law(p, q.reshape(n, vocab), ids))
+    return requests, laws
+
+
+@given(small_requests())
+def test_exact_law_agrees_with_an_independent_computation(
+    case: tuple[list[RequestData], list[tuple[np.ndarray, np.ndarray]]],
+) -> None:
+    """`exact_law` of a block batch gives the law of m and of y given m of the paper's definitions,
+    computed independently from the logits (temperature, greedy rows, one-hot drafts, placeholders,
+    ragged counts, empty residuals), to 1e-9; accept_probs are P(m > i | m >= i)."""
+    requests, laws = case
+    for law, (stop, tokens) in zip(exact_law(make_batch(requests, method="block")), laws, strict=True):
+        np.testing.assert_allclose(law.stop_probs, stop, rtol=0, atol=1e-9)
+        np.testing.assert_allclose(law.token_probs, tokens, rtol=0, atol=1e-9)
+        tail = np.cumsum(stop[::-1])[::-1]
+        for i, a in enumerate(law.accept_probs):
+            if tail[i] > 1e-9:
+                assert a == pytest.approx(tail[i + 1] / tail[i], abs=1e-9)
+
+
+def test_one_draft_block_law_is_the_probabilistic_law() -> None:
+    """With one draft per request, block verification's exact law is probabilistic verification's."""
+    rng = np.random.default_rng(3)
+    requests = [
+        RequestData(rng.normal(size=(2, 7)) * 2, [int(rng.integers(0, 7))], rng.normal(size=(1, 7)) * 2, t)
+        for t in (1.0, 0.6, 0.0)
+    ]
+    for joint, token in zip(
+        exact_law(make_batch(requests, method="block")),
+        exact_law(make_batch(requests, method="probabilistic")),
+        strict=True,
+    ):
+        np.testing.assert_allclose(joint.stop_probs, token.stop_probs, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(joint.token_probs, token.token_probs, rtol=0, atol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------
+# The samplers
+
+
+@given(
+    batch=strategies.spec_batches(methods=("block",), max_vocab=300, max_requests=4, max_drafts=5),
+    scheme=st.sampled_from(list(SCHEMES.values())),
+)
+def test_walk_equals_reference_sample_on_block(batch: SpecBatch, scheme: RandomScheme) -> None:
+    """On block batches of every family the walk's tokens, counts and logprobs equal the scalar
+    reference sampler's bit for bit, on every scheme; near ties lie on emitted positions only."""
+    expected = reference_sample(batch, scheme=scheme)
+    got = walk(batch, scheme, max_elements=256)
+    assert torch.equal(got.output.token_ids, expected.token_ids)
+    assert torch.equal(got.output.num_emitted, expected.num_emitted)
+    assert expected.logprobs is not None and got.output.logprobs is not None
+    np.testing.assert_array_equal(got.output.logprobs.numpy(), expected.logprobs.numpy())
+    emitted = expected.num_emitted.numpy()
+    assert not (got.near & (np.arange(got.near.shape[1])[None, :] >= emitted[:, None])).any()
+
+
+NUM_SAMPLES = 4000
+SAMPLER_CASES = {
+    "flat drafts": dict(one_hot=False, temperature=1.0, ids=[1, 3, 0]),
+    "one-hot drafts": dict(one_hot=True, temperature=1.0, ids=[2, 2, 4]),
+    "cold, with a placeholder": dict(one_hot=False, temperature=0.5, ids=[0, -1, 1]),
+    "greedy": dict(one_hot=False, temperature=0.0, ids=[1, 2, 3]),
+}
+
+
+@pytest.mark.parametrize("case", list(SAMPLER_CASES))
+def test_reference_sampler_draws_the_block_law(case: str) -> None:
+    """Over 4000 seeds the reference sampler's joint law of (m, y) on block batches matches exact_law
+    (G-test, alpha 1e-6; it detects a total variation of 0.1 with power 0.999, asserted below)."""
+    spec = SAMPLER_CASES[case]
+    rng = np.random.default_rng(list(SAMPLER_CASES).index(case) + 40)
+    vocab_size, n = 5, 3
+    target = rng.normal(size=(n + 1, vocab_size)) * 1.5
+    target[2, 4] = -np.inf
+    draft = None if spec["one_hot"] else rng.normal(size=(n, vocab_size)) * 1.5
+    requests = [
+        RequestData(target, spec["ids"], draft, spec["temperature"], seed=s, step=s % 7)
+        for s in range(NUM_SAMPLES)
+    ]
+    law = exact_law(make_batch(requests[:1], method="block"))[0]
+    counts = np.zeros((n + 1, vocab_size))
+    for request in split_output(reference_sample(make_batch(requests, method="block"))):
+        counts[request.num_accepted, request.token_ids[-1]] += 1
+        assert request.token_ids[:-1] == spec["ids"][: request.num_accepted]
+    result = goodness_of_fit(counts, law.joint_probs(), alpha=ALPHA)
+    assert not result.reject, result.reason
+    assert result.detectable_tv < 0.1
+
+
+def test_a_keep_decision_within_float32_rounding_is_a_near_tie() -> None:
+    """When ``h_1`` lies within 1e-6 of ``eta_1`` (on either side) the walk marks the request's emitted
+    positions near; with ``h_1`` 0.05 away from ``eta_1`` it marks none."""
+    rng = np.random.default_rng(8)
+    # The last draft is a placeholder (h_2 = 0), so m is 1 or 0 as index 1 is kept or not.
+    target, draft, ids = rng.normal(size=(3, 6)), rng.normal(size=(2, 6)), [2, -1]
+    seed, step = 77, 3  # eta_1 = 0.45
+    eta = float(CANONICAL.accept_uniforms(np.array([seed]), np.array([step]), np.array([0]))[0])
+
+    def batch(shift: float) -> SpecBatch:
+        logits = draft.copy()
+        logits[0, ids[0]] += shift  # a larger q(d_0) lowers w_1, and h_1 with it
+        return make_batch([RequestData(target, ids, logits, seed=seed, step=step)], method="block")
+
+    def keep(shift: float) -> float:
+        inputs = request_inputs(batch(shift))[0]
+        return float(block.block_law(inputs.target_probs(), inputs.draft_probs(), ids).keep[1])
+
+    def solve(value: float) -> tuple[float, float]:
+        """Shifts on either side of ``keep(shift) = value`` (keep decreases with the shift)."""
+        low, high = -20.0, 20.0
+        assert keep(low) > value > keep(high)
+        for _ in range(100):
+            middle = (low + high) / 2
+            low, high = (middle, high) if keep(middle) > value else (low, middle)
+        return low, high
+
+    for shift in solve(eta):
+        assert abs(keep(shift) - eta) < 1e-6  # as close as float32 logits allow
+        assert walk(batch(shift)).near.any()
+    for gap in (-0.05, 0.05):
+        shift = solve(eta + gap)[0]
+        assert not walk(batch(shift)).near.any(), (gap, keep(shift) - eta)
+
+
+# ---------------------------------------------------------------------------------------------
+# The checks
+
+
+# Three tokens, two drafts: M28 (the token-wise residual after a stop) moves the law of the token at
+# position 1, given that the output continued by the target starts with d_0, 0.19 in total variation
+# away from p_1 (exact enumeration over the drafts), on the 17% of trials that start with d_0.
+M28_TARGET = [[-0.1811, -1.8062, -6.5753], [-0.8971, -3.3185, -0.5869], [-2.892, -1.661, -0.2816]]
+M28_DRAFT = [[-14.3405, -0.0137, -4.294], [-7.1547, -0.0889, -2.4735]]
+
+
+def test_the_block_marginal_catches_the_token_wise_residual() -> None:
+    """M28 fails the marginal check at position 1 and the walk passes it, at 4000 trials and alpha 1e-6
+    (Holm over 3 positions): there about 650 trials detect a total variation below 0.19 with power 0.999."""
+    batch = make_batch([RequestData(np.array(M28_TARGET), [0, 0], np.array(M28_DRAFT), 1.0)], method="block")
+    reached = int(0.15 * 4000)
+    p_1 = exact_law(batch)[0].target_probs[1]
+    assert stats.GoodnessOfFit(p_1, reached, alpha=ALPHA / 3).detectable_tv < 0.19
+    verdict = CHECKS["marginal"].run(Blind(MUTANTS["M28"].load()), batch, num_samples=4000, seed=2)
+    assert verdict.failed and verdict.position == 1, verdict.message
+    assert CHECKS["marginal"].run(WalkSampler(), batch, num_samples=4000, seed=2).passed
+
+
+@pytest.mark.parametrize("mutant", ["M28", "M29", "M30"])
+def test_block_mutants_fail_on_the_block_targeted_case(mutant: str) -> None:
+    """Each planted block bug fails a check on the targeted block case at 2000 trials (alpha 1e-6 per
+    statistical verdict), where the walk passes every check."""
+    from specsample.fuzz.targeted import targeted_batches
+    from specsample.properties.checks import run_checks
+
+    batch = dict(targeted_batches(("block",)))["block: block"]
+    verdicts = run_checks(Blind(MUTANTS[mutant].load()), batch, num_samples=2000, seed=4)
+    assert any(v.failed for v in verdicts), [v.message for v in verdicts]
+    assert not any(v.failed for v in run_checks(WalkSampler(), batch, num_samples=2000, seed=4))

@@ -1,0 +1,237 @@
+"""The near-tie model: which decisions of the float64 walk a float32 kernel could take the other way.
+
+The walk (`reference.walk`) marks every emitted position whose decision float32 arithmetic could
+flip: a *near tie*. The model works in the log domain a kernel computes in (``eps = 2**-23``,
+times `reference.schemes.TOL_ULPS`): ``e(x) = (x - max) / T`` carries ``|e| + 4 + log2(V)`` ulps
+(its rounding and the row's log-sum-exp), the Gumbel noise the scheme's tolerance, ``log u``
+``|log u| + 1`` ulps; a residual weight ``p - q`` is known to ``tol_p p + tol_q q``. A probability
+within tolerance of ``2**-1075`` (where float64 rounds to zero) may round either way, and the
+float64 subnormal range below ``e**-700`` is imprecise in the reference itself; both count as near.
+Greedy decisions and synthetic acceptances compare exact values and are never near.
+
+Block verification (`reference.block`) is bounded the same way, one step further: each weight
+ratio ``p(d) / q(d)`` is known to ``tol_p + tol_q`` in the log domain, so a weight ``w_i`` lies
+in an interval (the clamp at 1 included: where ``w_{i-1} p / q`` may fall on either side of 1, the
+interval reaches 1 and ``1 - w_i`` reaches 0); the residual mass ``S_i`` is bounded by the sum of
+``max(w p - q, 0)`` at the ends of those intervals, widened by ``4 + log2(V)`` ulps for the float32
+sum over the vocabulary; the keep probability ``h_i = S_i / (S_i + 1 - w_i)`` is increasing in
+``S_i`` and decreasing in ``1 - w_i``, which bounds it (`keep_bounds`). A decision ``eta_i < h_i``
+with ``eta_i`` inside those bounds is near. Rows whose target and draft logits are identical give
+exactly equal ``p`` and ``q`` in any arithmetic, so their ratios and residuals carry no tolerance.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from .law import MAX_TEMPERATURE, row_probs
+from .schemes import EPS32, TOL_ULPS, Noise
+
+LOG_ZERO = -1075 * math.log(2.0)
+LOG_SUBNORMAL = -700.0
+
+F64Array = npt.NDArray[np.float64]
+I64Array = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True)
+class LogLaw:
+    """Rows of ``log softmax(logits / T)`` that never underflow, with their float32 tolerance."""
+
+    log_probs: F64Array
+    tolerance: F64Array
+
+
+def log_law(logits: F64Array, temperature: F64Array) -> LogLaw:
+    """The log-domain law of every row (``T = 1`` for greedy rows) and the float32 tolerance of each entry."""
+    clean = np.where(np.isnan(logits), -np.inf, logits)
+    t = np.minimum(np.where(temperature > 0, temperature, 1.0), MAX_TEMPERATURE)[:, None]
+    row_max = clean.max(axis=1, keepdims=True)
+    with np.errstate(invalid="ignore"):
+        scaled = np.where(clean == row_max, 0.0, (clean - row_max) / t)
+    scaled = np.where(np.isposinf(row_max), np.where(np.isposinf(clean), 0.0, -np.inf), scaled)
+    scaled = np.where(np.isneginf(row_max), 0.0, scaled)
+    log_probs = scaled - np.log(np.exp(scaled).sum(axis=1, keepdims=True))
+    finite = np.isfinite(scaled)
+    bits = np.abs(np.where(finite, scaled, 0.0)) + 4 + math.log2(clean.shape[1])
+    return LogLaw(log_probs, np.where(finite, TOL_ULPS * EPS32 * bits, 0.0))
+
+
+def zero_ambiguous(log_prob: F64Array, tolerance: F64Array) -> BoolArray:
+    """Where float32 or float64 may round a probability to zero or not."""
+    return np.asarray((log_prob >= LOG_ZERO - tolerance - 1e-9) & (log_prob <= LOG_SUBNORMAL))
+
+
+def near_argmax(winner: I64Array, low: F64Array, high: F64Array) -> BoolArray:
+    """Per row, whether any other key's upper bound reaches the winner's lower bound."""
+    if high.shape[1] < 2:
+        return np.zeros(high.shape[0], dtype=bool)
+    rows = np.arange(high.shape[0])
+    others = high.copy()
+    others[rows, winner] = -np.inf
+    return np.asarray(low[rows, winner] <= others.max(axis=1))
+
+
+def target_intervals(law: LogLaw, noise: Noise) -> tuple[F64Array, F64Array]:
+    """Bounds of the Gumbel-max keys ``log p + g`` a float32 kernel may compute."""
+    ambiguous = zero_ambiguous(law.log_probs, law.tolerance)
+    alive = law.log_probs > LOG_ZERO + law.tolerance
+    high = np.where(
+        alive | ambiguous, law.log_probs + law.tolerance + noise.gumbel + noise.tolerance, -np.inf
+    )
+    low = np.where(
+        alive & ~ambiguous, law.log_probs - law.tolerance + noise.gumbel - noise.tolerance, -np.inf
+    )
+    return low, high
+
+
+def acceptance_near(
+    target_logits: F64Array, draft_logits: F64Array | None, temperature: F64Array, ids: I64Array, u: F64Array
+) -> BoolArray:
+    """Whether ``log p(d) - log u - log q(d)`` lies within float32 tolerance of 0 (or of zero mass)."""
+    rows, safe = np.arange(ids.size), np.maximum(ids, 0)
+    law = log_law(target_logits, temperature)
+    log_p, tol_p = law.log_probs[rows, safe], law.tolerance[rows, safe]
+    if draft_logits is None:
+        log_q, tol_q = np.zeros(ids.size), np.zeros(ids.size)
+    else:
+        draft_law = log_law(draft_logits, temperature)
+        log_q, tol_q = draft_law.log_probs[rows, safe], draft_law.tolerance[rows, safe]
+    with np.errstate(divide="ignore"):
+        log_u = np.where(u > 0, np.log(np.where(u > 0, u, 1.0)), -np.inf)
+    tol_u = np.where(u > 0, TOL_ULPS * EPS32 * (1 + np.abs(np.where(u > 0, log_u, 0.0))), 0.0)
+    with np.errstate(invalid="ignore"):
+        margin = np.where(
+            np.isneginf(log_p), -np.inf, np.where(np.isneginf(log_u + log_q), np.inf, log_p - log_u - log_q)
+        )
+    return np.asarray(
+        zero_ambiguous(log_p, tol_p)
+        | zero_ambiguous(log_q, tol_q)
+        | (np.isfinite(margin) & (np.abs(margin) <= tol_p + tol_q + tol_u))
+    )
+
+
+def residual_near(
+    choice: I64Array,
+    target_logits: F64Array,
+    draft_logits: F64Array | None,
+    temperature: F64Array,
+    ids: I64Array,
+    noise: Noise,
+    weight: F64Array | None = None,
+    weight_tolerance: F64Array | None = None,
+) -> BoolArray:
+    """Whether the residual draw after a rejected real draft could flip under float32 rounding.
+
+    ``weight`` (block verification's ``w_m``, 1 by default) scales ``p`` in the residual
+    ``max(w p - q, 0)``; ``weight_tolerance`` (``[A]``, in the log domain) is how far a kernel's
+    ``log w_m`` may lie from it, which widens the weighted term's tolerance.
+    """
+    rows = np.arange(ids.size)
+    scale = np.ones(ids.size) if weight is None else weight
+    spread = np.zeros(ids.size) if weight_tolerance is None else weight_tolerance
+    target_law = log_law(target_logits, temperature)
+    low, high = target_intervals(target_law, noise)
+    if draft_logits is None:
+        # One-hot drafts: the residual is p without the drafted token.
+        low, high = low.copy(), high.copy()
+        low[rows, ids] = high[rows, ids] = -np.inf
+        full_low, full_high = target_intervals(target_law, noise)
+        nothing_left = ~np.isfinite(high).any(axis=1)
+        return np.asarray(
+            np.where(nothing_left, near_argmax(choice, full_low, full_high), near_argmax(choice, low, high))
+        )
+    draft_law = log_law(draft_logits, temperature)
+    p, q = scale[:, None] * np.exp(target_law.log_probs), np.exp(draft_law.log_probs)
+    identical = same_rows(target_logits, draft_logits)
+    error = (target_law.tolerance + spread[:, None]) * p + draft_law.tolerance * q
+    error += np.where(identical, 0.0, 1e-320)[:, None]
+    difference = p - q
+    with np.errstate(divide="ignore", invalid="ignore"):
+        res_high = np.where(
+            difference + error > 0,
+            np.log(np.maximum(difference + error, 0)) + noise.gumbel + noise.tolerance,
+            -np.inf,
+        )
+        res_low = np.where(
+            difference - error > 0,
+            np.log(np.maximum(difference - error, 0)) + noise.gumbel - noise.tolerance,
+            -np.inf,
+        )
+    target = scale[:, None] * row_probs(target_logits, temperature)
+    has_mass = np.maximum(target - row_probs(draft_logits, temperature), 0.0).sum(axis=1) > 0.0
+    # Without residual mass the walk falls back to p; a kernel might still see a sliver of residual.
+    fallback_near = np.isfinite(res_high).any(axis=1) | near_argmax(choice, low, high)
+    return np.asarray(np.where(has_mass, near_argmax(choice, res_low, res_high), fallback_near))
+
+
+def same_rows(target_logits: F64Array, draft_logits: F64Array) -> BoolArray:
+    """Rows whose target and draft logits are identical (NaN where both are NaN): equal laws exactly."""
+    same = (target_logits == draft_logits) | (np.isnan(target_logits) & np.isnan(draft_logits))
+    return np.asarray(np.all(same, axis=1))
+
+
+def _bounds(law: LogLaw, exact: BoolArray) -> tuple[F64Array, F64Array]:
+    """Bounds ``[A, V]`` of the probabilities a float32 kernel may hold (exact rows: the value)."""
+    tolerance = np.where(exact[:, None], 0.0, law.tolerance)
+    ambiguous = zero_ambiguous(law.log_probs, tolerance) & ~exact[:, None]
+    low = np.where(ambiguous, 0.0, np.exp(law.log_probs - tolerance))
+    return low, np.exp(law.log_probs + tolerance)
+
+
+def ratio_bounds(
+    target_logits: F64Array, draft_logits: F64Array | None, temperature: F64Array, ids: I64Array
+) -> tuple[F64Array, F64Array]:
+    """Bounds of ``log p(d) - log q(d)`` a float32 kernel may compute, per row (``-inf`` for a
+    placeholder or ``p(d) = 0``, ``+inf`` for ``q(d) = 0 < p(d)``, both ends open where ``p(d)`` or
+    ``q(d)`` may round to zero)."""
+    rows, safe = np.arange(ids.size), np.maximum(ids, 0)
+    law = log_law(target_logits, temperature)
+    log_p, tol_p = law.log_probs[rows, safe], law.tolerance[rows, safe]
+    if draft_logits is None:
+        log_q, tol_q, ambiguous_q = np.zeros(ids.size), np.zeros(ids.size), np.zeros(ids.size, dtype=bool)
+    else:
+        draft_law = log_law(draft_logits, temperature)
+        log_q, tol_q = draft_law.log_probs[rows, safe], draft_law.tolerance[rows, safe]
+        ambiguous_q = zero_ambiguous(log_q, tol_q)
+        exact = same_rows(target_logits, draft_logits)
+        tol_p, tol_q = np.where(exact, 0.0, tol_p), np.where(exact, 0.0, tol_q)
+    ambiguous = zero_ambiguous(log_p, tol_p) | ambiguous_q
+    with np.errstate(invalid="ignore"):
+        ratio = np.where(np.isneginf(log_p), -np.inf, np.where(np.isneginf(log_q), np.inf, log_p - log_q))
+    low = np.where(ambiguous & (ids >= 0), -np.inf, ratio - tol_p - tol_q)
+    high = np.where(ambiguous & (ids >= 0), np.inf, ratio + tol_p + tol_q)
+    return np.where(ids >= 0, low, -np.inf), np.where(ids >= 0, high, -np.inf)
+
+
+def block_keep_bounds(
+    weight: F64Array,
+    target_logits: F64Array,
+    draft_logits: F64Array | None,
+    temperature: F64Array,
+    ids: I64Array,
+) -> F64Array:
+    """``[2, A]`` bounds of the keep probability ``h_i`` a float32 kernel may compute at a row
+    ``1 <= i < n``, from ``weight [2, A]`` (the bounds of ``w_i``) and the row's laws."""
+    vocab_size = target_logits.shape[1]
+    if draft_logits is None:
+        exact = np.ones(ids.size, dtype=bool)
+        q_low = q_high = np.asarray(np.arange(vocab_size) == ids[:, None], dtype=np.float64)
+    else:
+        exact = same_rows(target_logits, draft_logits)
+        q_low, q_high = _bounds(log_law(draft_logits, temperature), exact)
+        q_low, q_high = np.where(ids[:, None] >= 0, q_low, 0.0), np.where(ids[:, None] >= 0, q_high, 0.0)
+    p_low, p_high = _bounds(log_law(target_logits, temperature), exact & (draft_logits is not None))
+    summed = TOL_ULPS * EPS32 * (4 + math.log2(vocab_size))
+    mass_low = np.maximum(weight[0][:, None] * p_low - q_high, 0.0).sum(axis=1) * (1 - summed)
+    mass_high = np.maximum(weight[1][:, None] * p_high - q_low, 0.0).sum(axis=1) * (1 + summed)
+    rest_low, rest_high = 1.0 - weight[1], 1.0 - weight[0]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        low = np.where(mass_low + rest_high > 0, mass_low / (mass_low + rest_high), 1.0)
+        high = np.where(mass_high + rest_low > 0, mass_high / (mass_high + rest_low), 1.0)
+    return np.stack([low, high])
