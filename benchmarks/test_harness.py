@@ -129,6 +129,16 @@ def test_targets_read_the_headline_case(tmp_path: Path) -> None:
         assert headline.target.startswith("probabilistic B=64") and headline.met is met
 
 
+def test_engine_comparison_only_on_an_h200(tmp_path: Path) -> None:
+    """At B=64 n=4 the engine kernel took 135.7 us on an H200: 100 us meets 0.75x of it (101.8 us),
+    110 us does not; a run on another GPU is not compared."""
+    for median, met in ((100e-6, True), (110e-6, False)):
+        run = report.load_run(_write_run(tmp_path / "run.json", {"x": median}))
+        engine = [t for t in report.check_targets(run.records, h200=True) if "vLLM" in t.target]
+        assert len(engine) == 1 and engine[0].met is met
+        assert not [t for t in report.check_targets(run.records) if "vLLM" in t.target]
+
+
 def test_bf16_drafts_measure_is_exact_where_it_must_be() -> None:
     """q = p exactly: with fp32 drafts every draft is accepted (E[m] = n); rounding the drafts to
     bf16 moves the law (TV > 0) and loses acceptances; nearly uniform logits barely move."""

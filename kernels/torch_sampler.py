@@ -69,12 +69,16 @@ def _inverse_cdf(weights: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     return torch.minimum(index, last_positive)
 
 
+# The methods this sampler implements.
+TORCH_METHODS = ("strict", "probabilistic", "synthetic")
+
+
 class TorchRejectionSampler:
     """The textbook sampler as a `Variant` (its own RNG: ``streams`` is ``None``)."""
 
     name = "torch"
     streams = None
-    capabilities = Capabilities(methods=("strict", "probabilistic", "synthetic"), arithmetic="fp32-probs")
+    capabilities = Capabilities(methods=TORCH_METHODS, arithmetic="fp32-probs")
 
     def __call__(self, batch: SpecBatch) -> SpecOutput:
         """Sample ``batch`` on its device."""
@@ -155,6 +159,10 @@ def torch_sample(batch: SpecBatch) -> SpecOutput:
     chooses a reduction's order by the tensor's shape, so a row's normaliser can differ in its last bit.
     """
     batch.validate(check_values=True)
+    if batch.method not in TORCH_METHODS:
+        raise ValueError(
+            f"method is {batch.method!r}; this sampler implements {', '.join(TORCH_METHODS)} only"
+        )
     counts = batch.num_drafts()
     chunks = request_chunks(counts, batch.vocab_size, free_memory(batch.device) // BYTES_PER_LOGIT)
     if len(chunks) == 1:

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from specsample.reference.contract import (
+    METHODS,
     RequestData,
     SpecBatch,
     SpecOutput,
@@ -171,3 +172,25 @@ def test_odd_values_are_legal_and_reported() -> None:
     assert any("target_logits has infinite" in n for n in notes)
     assert any("2 ids outside [-1, V)" in n for n in notes)
     assert odd_values(batch) == []
+
+
+@pytest.mark.parametrize("variant", ["triton", "torch"])
+def test_kernel_samplers_refuse_a_method_they_have_no_branch_for(variant: str) -> None:
+    """A kernel sampler raises on a method outside its capabilities instead of sampling another one."""
+    from specsample.kernels import registry
+
+    sampler = registry.get(variant)
+    missing = [m for m in METHODS if m not in sampler.capabilities.methods]
+    assert missing, f"{variant} declares every method: this test has nothing left to check"
+    rng = np.random.default_rng(0)
+    request = RequestData(
+        target_logits=rng.normal(size=(3, 5)).astype(np.float32),
+        draft_token_ids=[1, 2],
+        draft_logits=rng.normal(size=(2, 5)).astype(np.float32),
+        temperature=1.0,
+        seed=1,
+        step=0,
+    )
+    for method in missing:
+        with pytest.raises(ValueError, match=f"method is {method!r}"):
+            sampler(make_batch([request], method=method))
