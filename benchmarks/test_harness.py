@@ -148,3 +148,26 @@ def test_bf16_drafts_measure_is_exact_where_it_must_be() -> None:
     assert fp32 == pytest.approx(3.0) and rounded < 3.0 and 0.0 < mean_tv <= max_tv <= 1.0
     flat_tv, _, _, _ = measure("flat", 1.0, 0.0, 0.0, 3, 257, 3, seed=0)
     assert flat_tv < mean_tv
+
+
+def test_block_accepted_length_rows(capsys: pytest.CaptureFixture[str]) -> None:
+    """With one draft block verification is probabilistic verification (gain exactly 0); with drafts
+    drawn from q the mean gain over many sequences is not negative; the command prints both."""
+    import numpy as np
+
+    from specsample.benchmarks import block_accepted
+
+    rng = np.random.default_rng(0)
+    one = block_accepted.drafts_from_q(
+        make_inputs(Case("probabilistic", "fp32", "flat", 1.0, 4, 1, 64), "cpu"), 2, rng
+    )
+    np.testing.assert_allclose(
+        block_accepted.accepted(one, "block"), block_accepted.accepted(one, "probabilistic")
+    )
+    four = make_inputs(Case("probabilistic", "fp32", "flat", 1.0, 8, 4, 64), "cpu")
+    drawn = block_accepted.drafts_from_q(four, 64, rng)
+    gain = block_accepted.accepted(drawn, "block") - block_accepted.accepted(drawn, "probabilistic")
+    assert gain.mean() > 0.0
+    block_accepted.main(["--shapes", "2x2x64", "--draws", "2", "--batches", "3"])
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    assert len(lines) >= 2 + 3 and any("drafts from q" in line for line in lines)
