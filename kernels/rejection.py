@@ -312,7 +312,7 @@ def make_plan(batch: SpecBatch) -> Plan:
                 jit.emit_kernel, (num_requests, 1, 1),
                 values=dict(
                     vocab_size=vocab_size, max_num_drafts=max_num_drafts, num_splits=sample_splits,
-                    SPLIT_BLOCK=_next_power_of_2(sample_splits), BLOCK_V=sample_block,
+                    SPLIT_BLOCK=_next_power_of_2(sample_splits),
                 ),
                 options=dict(num_warps=4), buffers=CALL_BUFFERS,
             ),

@@ -1068,7 +1068,6 @@ def emit_kernel(
     max_num_drafts,
     num_splits,
     SPLIT_BLOCK: tl.constexpr,
-    BLOCK_V: tl.constexpr,
 ):
     """Combine the split candidates of each final row and write the emitted token and its logprob.
 
