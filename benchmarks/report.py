@@ -11,6 +11,7 @@ a comparison with a baseline, and the roofline plot.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import statistics
@@ -19,6 +20,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from specsample.benchmarks.grid import CALL_LATENCY_CASE
 
 OURS = "triton"
 PYTORCH = "torch"
@@ -30,9 +33,13 @@ MARGIN_PERCENT = 13
 # Two medians of one run within 5 % count as equal: the largest run-to-run spread of a median
 # measured on an H200 was 6 %, on a 26 us case; cases above 40 us stayed within 1.4 %.
 SAME_TIME_TOLERANCE = 0.05
-# The targets of B = 1, n = 4, V = 128256 (probabilistic fp32, T = 1), in seconds: GPU time, CUDA-graph
-# replay and a plain Python call.
-SMALL_BATCH_TARGETS = {"test_gpu_time": 12e-6, "test_graph_call_latency": 15e-6, "test_call_latency": 30e-6}
+# The targets of `CALL_LATENCY_CASE` (B = 1, n = 4, V = 128256, probabilistic fp32, T = 1), in seconds,
+# per test: GPU time, CUDA-graph replay and a plain Python call.
+SMALL_BATCH_TARGETS = {
+    "test_gpu_time": (12e-6, "GPU time"),
+    "test_graph_call_latency": (15e-6, "a CUDA-graph replay"),
+    "test_call_latency": (30e-6, "a plain call from Python"),
+}
 # vLLM 0.33.0's MRV2 `rejection_sample`, GPU time on one H200 with the same inputs and method of
 # measurement (`benchmarks.grid.make_inputs`, L2 flushed, CUDA events): the figures of the kernel-floor
 # issue. Keys are (dtype, temperature, batch, num_drafts, vocab) of probabilistic flat cases; ours
@@ -47,8 +54,6 @@ ENGINE_H200_US = {
     ("fp32", 0.0, 64, 4, 128256): 61.3,
 }
 ENGINE_RATIO = 0.75
-SMALL_CASE = dict(method="probabilistic", dtype="fp32", layout="flat", temperature=1.0, batch=1, num_drafts=4)
-SMALL_CASE["vocab"] = 128256
 
 
 @dataclass(frozen=True)
@@ -225,12 +230,10 @@ def check_targets(records: Sequence[Record], h200: bool = False) -> list[TargetR
                     over == 0,
                 )
             )
-    small = {"test_gpu_time": "GPU time", "test_graph_call_latency": "a CUDA-graph replay"}
-    small["test_call_latency"] = "a plain call from Python"
-    for test, how in small.items():
-        found = _find([r for r in records if r.test == test and r.variant == OURS], **SMALL_CASE)
+    small_case = dataclasses.asdict(CALL_LATENCY_CASE)
+    for test, (limit, how) in SMALL_BATCH_TARGETS.items():
+        found = _find([r for r in records if r.test == test and r.variant == OURS], **small_case)
         if found:
-            limit = SMALL_BATCH_TARGETS[test]
             results.append(
                 TargetResult(
                     f"B=1 n=4 V=128256: <= {limit * 1e6:g} us ({how})", f"{_us(found.median_s)} us",

@@ -93,16 +93,10 @@ def _position_marginals(
         return reach_and_token / reach[:, None]  # NaN rows: positions never reached
 
 
-@pytest.mark.parametrize("method", ["probabilistic", "strict"])
-@pytest.mark.parametrize("vocab_size", [1, 2, 3, 6])
-@pytest.mark.parametrize("num_drafts", [0, 1, 2, 3])
-@pytest.mark.parametrize("family", ["normal", "peaked", "masked", "tied", "equal", "disjoint"])
-@pytest.mark.parametrize("temperature", [0.5, 1.0])
-def test_speculative_sampling_theorem(
-    method: str, vocab_size: int, num_drafts: int, family: str, temperature: float
-) -> None:
-    """Averaged over drafts drawn from q, every emitted position is distributed exactly as p."""
-    rng = np.random.default_rng([vocab_size, num_drafts, len(family), int(temperature * 10)])
+def _theorem_inputs(
+    rng: np.random.Generator, vocab_size: int, num_drafts: int, family: str, temperature: float
+) -> tuple[np.ndarray, np.ndarray, list[tuple[int, ...]], list[float]]:
+    """Target and draft logits of ``family``, every draft sequence and its probability under q."""
     target = _logits(
         rng, (num_drafts + 1, vocab_size), "normal" if family in ("equal", "disjoint") else family
     )
@@ -118,6 +112,20 @@ def test_speculative_sampling_theorem(
     q = np.array([row_probs(row, temperature) for row in draft]).reshape(num_drafts, vocab_size)
     sequences = list(itertools.product(range(vocab_size), repeat=num_drafts))
     weights = [float(np.prod([q[i, d] for i, d in enumerate(seq)])) for seq in sequences]
+    return target, draft, sequences, weights
+
+
+@pytest.mark.parametrize("method", ["probabilistic", "strict"])
+@pytest.mark.parametrize("vocab_size", [1, 2, 3, 6])
+@pytest.mark.parametrize("num_drafts", [0, 1, 2, 3])
+@pytest.mark.parametrize("family", ["normal", "peaked", "masked", "tied", "equal", "disjoint"])
+@pytest.mark.parametrize("temperature", [0.5, 1.0])
+def test_speculative_sampling_theorem(
+    method: str, vocab_size: int, num_drafts: int, family: str, temperature: float
+) -> None:
+    """Averaged over drafts drawn from q, every emitted position is distributed exactly as p."""
+    rng = np.random.default_rng([vocab_size, num_drafts, len(family), int(temperature * 10)])
+    target, draft, sequences, weights = _theorem_inputs(rng, vocab_size, num_drafts, family, temperature)
     marginals = _position_marginals(method, target, draft, temperature, sequences, weights)
     expected = np.array([row_probs(row, temperature) for row in target])
     reached = ~np.isnan(marginals).any(axis=1)
@@ -174,20 +182,7 @@ def test_block_output_continued_by_the_target_follows_it(
     with the drafts d_0 .. d_{k-1}, its token k is distributed exactly as p_k (the marginal check's
     statement for methods that verify jointly), to 1e-12."""
     rng = np.random.default_rng([vocab_size, num_drafts, len(family), int(temperature * 10), 16])
-    target = _logits(
-        rng, (num_drafts + 1, vocab_size), "normal" if family in ("equal", "disjoint") else family
-    )
-    draft = _logits(
-        rng, (num_drafts, vocab_size), family if family not in ("equal", "disjoint") else "normal"
-    )
-    if family == "equal":
-        draft = target[:num_drafts].copy()
-    if family == "disjoint" and vocab_size > 1:
-        target[:, : vocab_size // 2] = -np.inf
-        draft[:, vocab_size // 2 :] = -np.inf
-    q = np.array([row_probs(row, temperature) for row in draft]).reshape(num_drafts, vocab_size)
-    sequences = list(itertools.product(range(vocab_size), repeat=num_drafts))
-    weights = [float(np.prod([q[i, d] for i, d in enumerate(seq)])) for seq in sequences]
+    target, draft, sequences, weights = _theorem_inputs(rng, vocab_size, num_drafts, family, temperature)
     marginals = _continued_marginals(target, draft, temperature, sequences, weights)
     expected = np.array([row_probs(row, temperature) for row in target])
     assert not np.isnan(marginals[0]).any()

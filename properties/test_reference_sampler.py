@@ -23,6 +23,10 @@ CASES = {
     "strict": dict(method="strict", one_hot=False, temperature=1.0, ids=[4, 1, 1]),
     "synthetic": dict(method="synthetic", one_hot=False, temperature=1.0, ids=[1, 2, 3]),
     "greedy": dict(method="probabilistic", one_hot=False, temperature=0.0, ids=[1, 2, 3]),
+    "block": dict(method="block", one_hot=False, temperature=1.0, ids=[1, 3, 0]),
+    "block one-hot": dict(method="block", one_hot=True, temperature=1.0, ids=[2, 2, 4]),
+    "block cold with placeholder": dict(method="block", one_hot=False, temperature=0.5, ids=[0, -1, 1]),
+    "block greedy": dict(method="block", one_hot=False, temperature=0.0, ids=[1, 2, 3]),
 }
 
 

@@ -30,6 +30,13 @@ EXACT = ("invariants", "coupled", "composition", "determinism")
 STATISTICAL = ("law_of_m", "law_of_y", "marginal")
 VARIANTS = variant_names()
 GPU_VARIANTS = [name for name in VARIANTS if name != "reference"]  # the reference is float64 on the CPU
+
+
+def _implements(name: str, method: str) -> bool:
+    """Whether the variant called ``name`` declares ``method`` (only those pairs are parametrised)."""
+    return method in capabilities(load_variant(name)).methods
+
+
 # The reference sampler walks requests in Python: it gets a quarter of the statistical budget.
 REFERENCE_SHARE = 4
 
@@ -100,7 +107,7 @@ def fixed_batch(case: str, device: str = "cpu") -> SpecBatch:
     counts, temperatures = [3, 0, 2], [1.0, 0.7, 1.0]
     if case == "greedy rows mixed in":
         temperatures = [0.0, 1.0, 0.0]
-    method = {"strict": "strict", "synthetic": "synthetic", "block": "block"}.get(case, "probabilistic")
+    method = _case_method(case)
     one_hot = case == "one-hot drafts"
     requests = []
     for b, (n, temperature) in enumerate(zip(counts, temperatures, strict=True)):
@@ -137,15 +144,19 @@ FIXED_CASES = (
 )
 
 
-@pytest.mark.parametrize("case", FIXED_CASES)
-@pytest.mark.parametrize("name", VARIANTS)
+def _case_method(case: str) -> str:
+    """The method of the fixed case ``case``."""
+    return {"strict": "strict", "synthetic": "synthetic", "block": "block"}.get(case, "probabilistic")
+
+
+@pytest.mark.parametrize(
+    ("name", "case"), [(n, c) for c in FIXED_CASES for n in VARIANTS if _implements(n, _case_method(c))]
+)
 def test_all_checks_hold_on_fixed_shapes(name: str, case: str) -> None:
     """Every check passes on each method and draft layout at the profile's full statistical budget."""
     if slow_under_interpreter(name):
         pytest.skip("the statistical checks of an interpreted Triton variant run in the gpu tier")
     batch = fixed_batch(case)
-    if batch.method not in capabilities(load_variant(name)).methods:
-        pytest.skip(f"{name} does not implement method {batch.method}")
     seed = FIXED_CASES.index(case)
     # The needle puts all mass on six ids of 4097, so a quarter of the trials keeps its power.
     num_samples = _num_samples(name) // (4 if case == "needle at the last tile" else 1)
@@ -195,13 +206,12 @@ LARGE_VOCABULARIES = (32000, 128256, 151936, 262144)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("method", METHODS)
-@pytest.mark.parametrize("vocab_size", LARGE_VOCABULARIES)
-@pytest.mark.parametrize("name", GPU_VARIANTS)
+@pytest.mark.parametrize(
+    ("name", "vocab_size", "method"),
+    [(n, v, m) for m in METHODS for v in LARGE_VOCABULARIES for n in GPU_VARIANTS if _implements(n, m)],
+)
 def test_gpu_checks_hold_at_production_vocabularies(name: str, vocab_size: int, method: str) -> None:
     """At production vocabulary sizes, Zipf-shaped laws pass every check (of the methods it implements)."""
-    if method not in capabilities(load_variant(name)).methods:
-        pytest.skip(f"{name} does not implement method {method}")
     rng = np.random.default_rng(vocab_size)
     requests = []
     for b, n in enumerate([4, 1, 0, 3]):
