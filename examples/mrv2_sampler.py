@@ -25,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-from specsample.reference.contract import SpecBatch, SpecOutput
+from specsample.reference.contract import Capabilities, SpecBatch, SpecOutput
 from specsample.reference.schemes import MRV2
 
 RAND_MIN = tl.constexpr(4.6566127342e-10)
@@ -182,6 +182,7 @@ class Mrv2Sampler:
 
     name = "mrv2-example"
     streams = MRV2
+    capabilities = Capabilities(methods=("probabilistic",), draft_kinds=("one-hot", "flat"))
 
     def positions(self, batch: SpecBatch) -> torch.Tensor:
         """``[B]`` the position of each request's first row: ``step`` (the scheme's ``pos = step + i``)."""

@@ -216,10 +216,10 @@ def markdown(
                 f"{_fmt(c.detectable, '.4f')} | {c.unit or '-'} | {c.samples} | {c.seconds:.1f} |"
             )
         campaign = report.campaign
-        lines += [
-            "",
-            f"Fuzz campaign: {STATUS_WORDS[campaign.status]}, {campaign.describe()}.",
-        ]
+        word = STATUS_WORDS[campaign.status]
+        if campaign.status == "pass" and not campaign.checks_passed:
+            word += " (screens only: no failure found, no check ran at the profile's power)"
+        lines += ["", f"Fuzz campaign: {word}, {campaign.describe()}."]
         if report.not_checked:
             lines.append(
                 "Not checked (outside the declared capabilities): " + "; ".join(report.not_checked) + "."

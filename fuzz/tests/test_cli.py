@@ -67,3 +67,15 @@ def test_correct_variant_passes(capsys: pytest.CaptureFixture[str]) -> None:
         ["run", "--variant", "reference", "--methods", "strict", "--budget", "5", "--device", "cpu"]
     ) == (EXIT_PASSED)
     assert "PASSED: reference" in capsys.readouterr().out
+
+
+def test_certify_says_when_its_campaign_ran_screens_only(tmp_path: Path) -> None:
+    """A campaign too short for any check at the profile's power does not read as a plain PASSED."""
+    main(
+        ["certify", "--variant", "reference", "--methods", "strict", "--no-mutants", "--budget", "1",
+         "--check-budget", "2", "--device", "cpu", "--out", str(tmp_path)]
+    )  # fmt: skip
+    report = (tmp_path / "report.md").read_text(encoding="utf-8")
+    campaign = next(line for line in report.splitlines() if line.startswith("Fuzz campaign:"))
+    assert "0 checks passed at full power" in campaign
+    assert campaign.startswith("Fuzz campaign: PASSED (screens only: no failure found")
