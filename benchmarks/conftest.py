@@ -27,6 +27,7 @@ from specsample.benchmarks.grid import (
 )
 from specsample.benchmarks.session import BenchSession
 from specsample.benchmarks.timing import gpu_description
+from specsample.kernels import registry
 
 GRID_ENV = "SPECSAMPLE_BENCH_GRID"
 GRIDS = ("gate", "full", "smoke")
@@ -78,7 +79,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Parametrize ``case`` x ``variant_name`` over the chosen grid, each case's variants together."""
     names = variant_names(metafunc.config)
     if "case" in metafunc.fixturenames:
-        pairs = [(case, name) for case in grid_cases(grid_name(metafunc.config)) for name in names]
+        # Each variant is timed on the methods it implements (an unregistered name skips at run time).
+        methods = {
+            name: registry.get(name).capabilities.methods for name in names if name in registry.names()
+        }
+        cases = grid_cases(grid_name(metafunc.config))
+        pairs = [(c, name) for c in cases for name in names if c.method in methods.get(name, (c.method,))]
         metafunc.parametrize(("case", "variant_name"), pairs, ids=[f"{c.id}-{n}" for c, n in pairs])
     elif "variant_name" in metafunc.fixturenames:
         metafunc.parametrize("variant_name", names)

@@ -11,8 +11,8 @@ Three grids use it:
   Triton interpreter.
 
 Byte accounting (`min_bytes`) follows DESIGN.md: every target logit once, every draft logit once when
-the law needs ``q`` (probabilistic rows with ``T > 0``; strict, synthetic and greedy rows never
-depend on ``q``), the small per-request inputs once and the outputs once.
+the law needs ``q`` (probabilistic and block rows with ``T > 0``; strict, synthetic and greedy rows
+never depend on ``q``), the small per-request inputs once and the outputs once.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ class Case:
     """One benchmark shape.
 
     Attributes:
-        method: ``"probabilistic"``, ``"strict"`` or ``"synthetic"``.
+        method: ``"probabilistic"``, ``"strict"``, ``"synthetic"`` or ``"block"``.
         dtype: ``"fp32"`` or ``"bf16"``, for target and draft logits alike.
         layout: ``"flat"`` (``[D, V]`` drafts) or ``"slotted"`` (``[B, n, V]`` read through a
             permuted ``draft_slot``).
@@ -83,7 +83,7 @@ class Case:
 
     @property
     def needs_draft_logits(self) -> bool:
-        """Whether the law depends on the draft logits: probabilistic sampling at ``T > 0``."""
+        """Whether the law depends on the draft logits: probabilistic or block sampling at ``T > 0``."""
         return METHOD_TABLE[self.method].uses_draft_law and self.temperature > 0
 
     @property
@@ -125,6 +125,7 @@ def _gate_cases() -> tuple[Case, ...]:
         Case("probabilistic", "fp32", "flat", 0.0, 64, 4, 128256),
         Case("strict", "fp32", "flat", 1.0, 64, 4, 128256),
         Case("synthetic", "fp32", "flat", 1.0, 64, 4, 128256),
+        Case("block", "fp32", "flat", 1.0, 64, 4, 128256),
         Case("probabilistic", "fp32", "slotted", 1.0, 64, 4, 128256),
         # The ends of the vocabulary and draft axes, and the odd split layout of V = 151936.
         Case("probabilistic", "fp32", "flat", 1.0, 64, 1, 32000),
@@ -141,7 +142,7 @@ CALL_LATENCY_CASE = Case("probabilistic", "fp32", "flat", 1.0, 1, 4, 128256)
 
 def full_grid() -> tuple[Case, ...]:
     """Every case of DESIGN.md's grid: 4 batches x 3 draft counts x 4 vocabs x 2 dtypes x 2 layouts
-    x 2 temperatures x 3 methods (1152 cases), ordered so cases sharing logits run together."""
+    x 2 temperatures x 4 methods (1536 cases), ordered so cases sharing logits run together."""
     return tuple(
         Case(method, dtype, layout, temperature, batch, num_drafts, vocab)
         for dtype, batch, num_drafts, vocab, layout, temperature, method in itertools.product(

@@ -35,9 +35,9 @@ def test_draft_logits_count_only_where_the_law_needs_them() -> None:
 def test_grids_cover_the_design() -> None:
     """The full grid is DESIGN.md's cross product, and the gate and smoke cases are distinct cases."""
     full = full_grid()
-    assert len({c.id for c in full}) == len(full) == 4 * 3 * 4 * 2 * 2 * 2 * 3
+    assert len({c.id for c in full}) == len(full) == 4 * 3 * 4 * 2 * 2 * 2 * 4
     assert set(GATE_CASES) <= set(full)
-    assert len(set(SMOKE_CASES)) == len(SMOKE_CASES) == 3 * 2 * 2 * 2
+    assert len(set(SMOKE_CASES)) == len(SMOKE_CASES) == 4 * 2 * 2 * 2
 
 
 def test_slotted_inputs_read_through_the_slots() -> None:

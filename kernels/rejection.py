@@ -2,9 +2,10 @@
 
 One call runs `rejection_kernels.row_stats_kernel` (every target row, and the draft rows that the
 probabilistic test needs, read once, except rows after a rejection already decided; each row's
-last program decides it), `decide_kernel` (the walk to the first rejection and the accepted
-prefix), and for probabilistic and synthetic batches `sample_kernel` and `emit_kernel`
-(Gumbel-max over the one final row of each request). No call reads anything back to the host,
+last program decides it), for block verification `block_keep_kernel` (its residual masses and
+joint keep decisions), `decide_kernel` (the walk to the first rejection and the accepted
+prefix), and for every method but strict `sample_kernel` and `emit_kernel` (Gumbel-max over the
+one final row of each request). No call reads anything back to the host,
 except ``cu_num_drafts`` once when ``batch.max_num_drafts`` is not given.
 
 Everything a call launches except the buffers' addresses is a function of the batch's structure
@@ -67,7 +68,7 @@ SAMPLE_BLOCK_V, SAMPLE_WARPS, SAMPLE_WARPS_CUT = 1024, 4, 8
 STRICT_BLOCK_V, STRICT_WARPS = 1024, 4
 MAX_POS_BLOCK = 16
 # The methods the kernels have a branch for (their ``METHOD`` codes).
-KERNEL_METHODS = ("strict", "probabilistic", "synthetic")
+KERNEL_METHODS = ("strict", "probabilistic", "synthetic", "block")
 # A small batch has too few splits to fill the GPU with sampling programs; the sampling pass then
 # cuts each split into parts of whole tiles, up to this many programs. Its result is the same: a
 # Gumbel-max is exact however the row is cut (equal keys go to the lowest token either way).
@@ -75,7 +76,7 @@ SAMPLE_PROGRAMS = 512
 # Register caps of the statistics pass per method (probabilistic, strict, synthetic). Left alone,
 # ptxas gives it 80 / 124 / 80 registers for the rarely run row-finishing code; under these caps
 # it needs no spill (sm_90, `cuobjdump -res-usage`) and more programs fit on an SM.
-STATS_MAX_REGISTERS = {0: 56, 1: 80, 2: 56}
+STATS_MAX_REGISTERS = {0: 56, 1: 80, 2: 56, 3: 56}
 
 
 @dataclass(frozen=True)
@@ -151,7 +152,7 @@ INPUT_BUFFERS = (
 )  # fmt: skip
 RECORD_BUFFERS = (
     "row_float_ptr", "row_int_ptr", "info_float_ptr", "info_int_ptr", "res_key_ptr", "res_mass_ptr",
-    "res_token_ptr",
+    "res_token_ptr", "mass_ptr",
 )  # fmt: skip
 OUTPUT_BUFFERS = ("token_ids_ptr", "logprobs_ptr", "num_emitted_ptr")
 CALL_BUFFERS = frozenset({*INPUT_BUFFERS, "work_ptr", "geometry_ptr", *RECORD_BUFFERS, *OUTPUT_BUFFERS})
@@ -185,7 +186,7 @@ class Plan:
 
 
 def _workspace_layout(
-    num_requests: int, width: int, num_splits: int, sample_splits: int
+    num_requests: int, width: int, num_splits: int, sample_splits: int, block: bool
 ) -> tuple[tuple[WorkRecord, ...], int, slice]:
     """Where each record of a call's workspace lies.
 
@@ -211,6 +212,7 @@ def _workspace_layout(
         ("res_key_ptr", None, torch.float32, sample_records),
         ("res_mass_ptr", None, torch.float32, sample_records),
         ("res_token_ptr", None, torch.int32, sample_records),
+        ("mass_ptr", None, torch.float32, num_rows * num_splits if block else 0),
     )
     records = []
     words = jit.SPLIT_RECORDS.value * _aligned(num_rows * num_splits)
@@ -254,7 +256,8 @@ def make_plan(batch: SpecBatch) -> Plan:
     while sample_tiles % (2 * parts) == 0 and num_requests * num_splits * 2 * parts <= SAMPLE_PROGRAMS:
         parts *= 2
     sample_splits = num_splits * parts
-    records, work_words, zeroed = _workspace_layout(num_requests, width, num_splits, sample_splits)
+    block = rules.verifies_jointly
+    records, work_words, zeroed = _workspace_layout(num_requests, width, num_splits, sample_splits, block)
 
     if draft is None:
         num_draft_rows, slot_capacity, draft_stride, slot_stride = 0, 0, 0, 0
@@ -292,6 +295,20 @@ def make_plan(batch: SpecBatch) -> Plan:
             ),
             options=stats_options, buffers=CALL_BUFFERS,
         ),
+    ]  # fmt: skip
+    if block and max_num_drafts > 0:
+        launches.append(
+            launch.Launch.of(
+                jit.block_keep_kernel, (num_requests * num_splits, max_num_drafts, 1),
+                values=dict(
+                    **strides, max_num_drafts=max_num_drafts, num_splits=num_splits,
+                    TILES_PER_SPLIT=stats_tiles, BLOCK_V=stats_block, SPLIT_BLOCK=layout.split_block,
+                    HAS_DRAFT=draft is not None, SLOTTED=batch.slotted,
+                ),
+                options=dict(num_warps=STATS_WARPS), buffers=CALL_BUFFERS,
+            )
+        )  # fmt: skip
+    launches += [
         launch.Launch.of(
             jit.decide_kernel, (num_requests, 1, 1),
             values=dict(**strides, max_num_drafts=max_num_drafts, POS_BLOCK=pos_block, **shared),

@@ -1,7 +1,7 @@
 """Triton kernels of the rejection sampler: row statistics and decisions, the walk, final-row sampling.
 
 Only ``@triton.jit`` code lives here; `kernels.rejection` validates, allocates and launches. One call
-runs up to four launches:
+runs up to five launches:
 
 1. `row_stats_kernel`, grid ``(B * num_splits, max_n + 1)``: one program per request, vocabulary
    split and position. It reads its split of the target row (and of the draft row when the
@@ -13,15 +13,21 @@ runs up to four launches:
    so later positions are scheduled after earlier ones). The output never depends on a row after
    the first rejection, so skipping changes only the time. Synthetic decisions read no logit, so
    each program makes them for the positions before its own and skips exactly.
-2. `decide_kernel`, grid ``(B,)``: walks the row decisions to the first rejection ``j`` (or the
-   bonus row), writes the accepted prefix, the padding and ``num_emitted``, and either writes the
-   emitted token (greedy and strict rows) or leaves the final row's statistics for the next two
-   kernels.
-3. `sample_kernel`, grid ``(B, num_splits)``: Gumbel-max over one split of the final row only:
-   the residual ``(p - q)+`` and the target ``p`` (the fallback when the residual has no mass).
+   Block verification (`reference.block`) decides jointly: its rows record ``log p(d) / q(d)``
+   and reject nothing here, so every row of a sampled request is read.
+2. `block_keep_kernel` (block verification only), grid ``(B * num_splits, max_n)``: the weights
+   ``w_i`` from the ratios, each row's residual mass ``S_i = sum max(w_i p_i - q_i, 0)`` (a second
+   read of rows ``1 .. n - 1``), the keep probabilities ``h_i`` and the decisions ``eta_i < h_i``.
+3. `decide_kernel`, grid ``(B,)``: walks the row decisions to the first rejection ``j`` (block
+   verification: to ``m``, the largest kept index), or the bonus row, writes the accepted prefix,
+   the padding and ``num_emitted``, and either writes the emitted token (greedy and strict rows)
+   or leaves the final row's statistics for the next two kernels.
+4. `sample_kernel`, grid ``(B, num_splits)``: Gumbel-max over one split of the final row only:
+   the residual ``(p - q)+`` (block verification's ``(w_m p - q)+``) and the target ``p`` (the
+   fallback when the residual has no mass).
    The noise is the canonical scheme's (``canonical-v2``, `reference.schemes`): each Philox call
    gives four uniforms, each word a run of 256 consecutive tokens of a 1024-token noise group.
-4. `emit_kernel`, grid ``(B,)``: combines the split candidates and writes the emitted token.
+5. `emit_kernel`, grid ``(B,)``: combines the split candidates and writes the emitted token.
 
 Numbers follow `reference.law`: NaN logits count as ``-inf``; a row with ``+inf`` logits is uniform
 over them; a row with no finite logit is uniform over the vocabulary. Everything is computed in
@@ -38,6 +44,7 @@ import triton.language as tl
 PROBABILISTIC = tl.constexpr(0)
 STRICT = tl.constexpr(1)
 SYNTHETIC = tl.constexpr(2)
+BLOCK = tl.constexpr(3)
 
 # What the final row of a request needs, written by decide_kernel for sample_kernel and emit_kernel.
 SAMPLE_NONE = tl.constexpr(0)  # the token is already known (greedy argmax, strict sample)
@@ -69,7 +76,8 @@ INFO_TARGET_MAX = tl.constexpr(0)
 INFO_TARGET_LOG_SUM = tl.constexpr(1)
 INFO_DRAFT_MAX = tl.constexpr(2)
 INFO_DRAFT_LOG_SUM = tl.constexpr(3)
-INFO_FLOATS = tl.constexpr(4)
+INFO_LOG_WEIGHT = tl.constexpr(4)  # log w of the final row's residual max(w p - q, 0): 0 but for block
+INFO_FLOATS = tl.constexpr(5)
 # Field indices of the per-row records `_finish_row` writes for decide_kernel.
 ROW_TARGET_MAX = tl.constexpr(0)
 ROW_TARGET_LOG_SUM = tl.constexpr(1)
@@ -77,9 +85,13 @@ ROW_DRAFT_MAX = tl.constexpr(2)
 ROW_DRAFT_LOG_SUM = tl.constexpr(3)
 ROW_DRAFT_LOG_PROB = tl.constexpr(4)  # log p(d_i), the logprob of an accepted draft
 ROW_TOKEN_LOG_PROB = tl.constexpr(5)  # log p of ROW_TOKEN
-ROW_FLOATS = tl.constexpr(6)
+ROW_LOG_RATIO = tl.constexpr(6)  # block: log p(d) - log q(d) (-inf where p(d) = 0, +inf where q(d) = 0)
+ROW_LOG_WEIGHT = tl.constexpr(7)  # block: log w_i of the row (rows 1 to n, sampled requests)
+ROW_FLOATS = tl.constexpr(8)
 ROW_TOKEN = tl.constexpr(0)  # the argmax of a greedy row, the target sample of a strict one
-ROW_ACCEPT = tl.constexpr(1)  # 1 where the draft of the row is accepted
+# 1 where the draft of the row is accepted; for a sampled block request, row i >= 1 holds whether
+# index i is kept (eta_i < h_i), and m is the largest kept index.
+ROW_ACCEPT = tl.constexpr(1)
 ROW_INTS = tl.constexpr(2)
 # The workspace of a call (int32 words) starts with the split records of row_stats_kernel,
 # ``[B * (max_n + 1) * num_splits]`` each, indexed like its programs: it finds them from its own
@@ -548,7 +560,7 @@ def row_stats_kernel(
         tl.store(_split_record(work_ptr, SPLIT_TARGET_MAX, tl.float32) + out, row_max)
         tl.store(_split_record(work_ptr, SPLIT_TARGET_SUM, tl.float32) + out, row_sum)
         tl.store(_split_record(work_ptr, SPLIT_TARGET_ARG, tl.int32) + out, row_arg)
-        if METHOD == PROBABILISTIC and HAS_DRAFT:
+        if (METHOD == PROBABILISTIC or METHOD == BLOCK) and HAS_DRAFT:  # noqa: SIM109 (constexprs)
             is_draft = position < num_drafts
             draft_id = tl.load(
                 draft_ids_ptr + draft_start + position,
@@ -754,10 +766,18 @@ def _finish_row(
                     )
                     log_q = _scaled(draft_logit, draft_max, inv_temperature) - draft_log_sum
                     log_q = tl.where(log_q < LOG_ZERO, NEG_INF, log_q)
-            u = tl.rand(seed, _offsets(step, position.to(tl.int64), ACCEPT_PURPOSE, 0))
-            # p(d) > u q(d) in the log domain. Strict `>`: a draft with p = 0 is never accepted,
-            # even at u = 0; a draft with q = 0 < p always is.
-            sampled_accept = real & (log_p > NEG_INF) & (log_p > tl.log(u) + log_q)
+            if METHOD == BLOCK:
+                # Decided jointly by block_keep_kernel from the ratios: no rejection here.
+                log_ratio = tl.where(
+                    log_p > NEG_INF, tl.where(log_q > NEG_INF, log_p - log_q, float("inf")), NEG_INF
+                )
+                tl.store(row_float_ptr + row * ROW_FLOATS + ROW_LOG_RATIO, tl.where(real, log_ratio, NEG_INF))
+                sampled_accept = tl.full([], 1, tl.int1)
+            else:
+                u = tl.rand(seed, _offsets(step, position.to(tl.int64), ACCEPT_PURPOSE, 0))
+                # p(d) > u q(d) in the log domain. Strict `>`: a draft with p = 0 is never accepted,
+                # even at u = 0; a draft with q = 0 < p always is.
+                sampled_accept = real & (log_p > NEG_INF) & (log_p > tl.log(u) + log_q)
         accept = tl.where(sampled, sampled_accept, greedy_accept)
     row_float = row_float_ptr + row * ROW_FLOATS
     tl.store(row_float + ROW_TARGET_MAX, row_max)
@@ -771,6 +791,156 @@ def _finish_row(
     tl.store(row_int + ROW_ACCEPT, accept.to(tl.int32))
     if is_draft & ~accept:
         tl.atomic_max(stop_flag_ptr + request, width - position)
+
+
+@triton.jit
+def _block_log_weight(row_float_ptr, out_row, position):
+    """``log w_position`` of block verification: ``log w_{i+1} = min(0, log w_i + log p(d_i) / q(d_i))``
+    from ``log w_0 = 0``, over the ``ROW_LOG_RATIO`` records of rows ``0 .. position - 1``; once
+    ``-inf``, it stays ``-inf``."""
+    log_weight = tl.full([], 0.0, tl.float32)
+    earlier = 0
+    while earlier < position:
+        log_ratio = tl.load(row_float_ptr + (out_row + earlier) * ROW_FLOATS + ROW_LOG_RATIO)
+        log_weight = tl.where(log_weight > NEG_INF, tl.minimum(log_weight + log_ratio, 0.0), NEG_INF)
+        earlier += 1
+    return log_weight
+
+
+@triton.jit
+def _split_block_mass(
+    target_row_ptr, target_inside, draft_row_ptr, draft_inside, split, vocab_size, inv_temperature,
+    target_max, target_log_sum, draft_max, draft_log_sum, log_weight, draft_id,
+    HAS_DRAFT: tl.constexpr, TILES_PER_SPLIT: tl.constexpr, BLOCK_V: tl.constexpr,
+):  # fmt: skip
+    """One split's share of block verification's residual mass ``S = sum_x max(w p(x) - q(x), 0)``.
+
+    ``q`` is the draft law (``HAS_DRAFT``) or ``onehot(d)``, and no mass at a placeholder
+    (``draft_id`` outside the vocabulary); ``w p`` is ``exp(e(x) - log_sum + log w)``.
+    """
+    lanes = tl.arange(0, BLOCK_V)
+    first = split * (TILES_PER_SPLIT * BLOCK_V)
+    real = (draft_id >= 0) & (draft_id < vocab_size)
+    total = tl.zeros([BLOCK_V], tl.float32)
+    for tile in range(TILES_PER_SPLIT):
+        tokens = first + tile * BLOCK_V + lanes
+        in_vocab = tokens < vocab_size
+        x = _clean(tl.load(target_row_ptr + tokens, mask=in_vocab & target_inside, other=NEG_INF))
+        weighted = tl.exp(_scaled(x, target_max, inv_temperature) - target_log_sum + log_weight)
+        if HAS_DRAFT:
+            y = _clean(tl.load(draft_row_ptr + tokens, mask=in_vocab & draft_inside & real, other=NEG_INF))
+            q = tl.where(real, tl.exp(_scaled(y, draft_max, inv_temperature) - draft_log_sum), 0.0)
+        else:
+            q = tl.where(tokens == draft_id, 1.0, 0.0)
+        total += tl.where(in_vocab, tl.maximum(weighted - q, 0.0), 0.0)
+    return tl.sum(total, axis=0)
+
+
+# Counts that change from call to call are not specialised on, so each layout compiles once.
+@triton.jit(do_not_specialize=["max_num_drafts", "num_splits"])
+def block_keep_kernel(
+    target_ptr,
+    draft_ptr,
+    draft_ids_ptr,
+    cu_ptr,
+    temperature_ptr,
+    seed_ptr,
+    step_ptr,
+    draft_slot_ptr,
+    work_ptr,
+    geometry_ptr,
+    mass_ptr,
+    target_stride,
+    draft_stride,
+    slot_stride,
+    vocab_size,
+    max_num_drafts,
+    num_splits,
+    HAS_DRAFT: tl.constexpr,
+    SLOTTED: tl.constexpr,
+    TILES_PER_SPLIT: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    SPLIT_BLOCK: tl.constexpr,
+):
+    """Block verification's keep decisions of the sampled requests: ``eta_i < h_i`` for ``1 <= i <= n``.
+
+    Row ``i < n``: each program sums its split's share of the residual mass ``S_i`` at the row's
+    weight ``w_i`` (`_split_block_mass`); the last one to finish the row combines the shares in a
+    fixed order, takes ``h_i = S_i / (S_i + 1 - w_i)`` (1 where both are 0) and compares it with
+    ``eta_i``, the acceptance uniform of position ``i - 1``. Row ``n``: ``h_n = w_n``, decided by
+    its first split's program. A row of weight 0 has ``h_i = 0`` and reads nothing.
+
+    Args:
+        The pointers are row_stats_kernel's, after it has run: this kernel reads the row records
+        (``WORK_ROW_FLOAT``: statistics, ``ROW_LOG_RATIO``), writes ``ROW_LOG_WEIGHT`` and the keep
+        flags in ``ROW_ACCEPT`` of rows ``1 .. n``, and counts splits on from the ``num_splits``
+        that row_stats_kernel left in each row's ``WORK_COUNTER``.
+        mass_ptr: ``[B * (max_n + 1) * num_splits]`` fp32 workspace: the split shares of ``S_i``.
+    """
+    # Grid (B * num_splits, max_n): program (request * num_splits + split, i - 1) handles split
+    # `split` of row i; greedy requests (decided by their argmax chain) exit at once.
+    program = tl.program_id(0)
+    request = program // num_splits
+    split = program % num_splits
+    position = tl.program_id(1) + 1
+    width = max_num_drafts + 1
+    draft_start, num_drafts = _request_span(cu_ptr, request, max_num_drafts)
+    temperature = tl.load(temperature_ptr + request)
+    if (position <= num_drafts) & (temperature > 0.0):
+        row_float_ptr = _record(work_ptr, geometry_ptr, WORK_ROW_FLOAT, tl.float32)
+        row_int_ptr = _record(work_ptr, geometry_ptr, WORK_ROW_INT, tl.int32)
+        out_row = request.to(tl.int64) * width
+        row = out_row + position
+        log_weight = _block_log_weight(row_float_ptr, out_row, position)
+        decide = split == 0
+        keep = tl.exp(log_weight)
+        if position < num_drafts:
+            counter_ptr = _record(work_ptr, geometry_ptr, WORK_COUNTER, tl.int32)
+            mass = tl.full([], 0.0, tl.float32)
+            if log_weight > NEG_INF:
+                num_target_rows = _geometry(geometry_ptr, GEO_NUM_TARGET_ROWS)
+                num_draft_ids = _geometry(geometry_ptr, GEO_NUM_DRAFT_IDS)
+                num_draft_rows = _geometry(geometry_ptr, GEO_NUM_DRAFT_ROWS)
+                slot_capacity = _geometry(geometry_ptr, GEO_SLOT_CAPACITY)
+                row_float = row_float_ptr + row * ROW_FLOATS
+                draft_id = tl.load(
+                    draft_ids_ptr + draft_start + position,
+                    mask=draft_start + position < num_draft_ids,
+                    other=-1,
+                )
+                target_row = draft_start + request + position
+                target_inside = target_row < num_target_rows
+                target_row_ptr = target_ptr + tl.where(target_inside, target_row, 0) * target_stride
+                draft_offset = _draft_row_offset(
+                    request, draft_start, position, draft_slot_ptr, num_draft_rows, slot_capacity,
+                    draft_stride, slot_stride, SLOTTED,
+                )  # fmt: skip
+                mass = _split_block_mass(
+                    target_row_ptr, target_inside, draft_ptr + tl.maximum(draft_offset, 0), draft_offset >= 0,
+                    split, vocab_size, _inv_temperature(temperature), tl.load(row_float + ROW_TARGET_MAX),
+                    tl.load(row_float + ROW_TARGET_LOG_SUM), tl.load(row_float + ROW_DRAFT_MAX),
+                    tl.load(row_float + ROW_DRAFT_LOG_SUM), log_weight, draft_id, HAS_DRAFT, TILES_PER_SPLIT,
+                    BLOCK_V,
+                )  # fmt: skip
+            tl.store(mass_ptr + row * num_splits + split, mass)
+            # Publish the share, then count this split in; the last split of the row decides it.
+            tl.debug_barrier()
+            finished = tl.atomic_add(counter_ptr + row, 1, sem="acq_rel", scope="gpu")
+            decide = finished == 2 * num_splits - 1
+            splits = tl.arange(0, SPLIT_BLOCK)
+            shares = tl.load(
+                mass_ptr + row * num_splits + splits, mask=decide & (splits < num_splits), other=0.0,
+                cache_modifier=".cg",
+            )  # fmt: skip
+            mass = tl.sum(shares, axis=0)
+            total = mass + (1.0 - keep)
+            keep = tl.where(total > 0.0, mass / total, 1.0)
+        if decide:
+            seed = tl.load(seed_ptr + request)
+            step = tl.load(step_ptr + request)
+            eta = tl.rand(seed, _offsets(step, (position - 1).to(tl.int64), ACCEPT_PURPOSE, 0))
+            tl.store(row_int_ptr + row * ROW_INTS + ROW_ACCEPT, (eta < keep).to(tl.int32))
+            tl.store(row_float_ptr + row * ROW_FLOATS + ROW_LOG_WEIGHT, log_weight)
 
 
 # Counts that change from call to call are not specialised on.
@@ -809,7 +979,7 @@ def decide_kernel(
         row_float_ptr, row_int_ptr: the per-row records of `_finish_row` in the workspace.
         info_int_ptr: ``[B, 5]`` int64 output: sample mode, final position, target and draft row
             offsets, draft token of the final row.
-        info_float_ptr: ``[B, 4]`` fp32 output: target max and log-sum, draft max and log-sum.
+        info_float_ptr: ``[B, 5]`` fp32 output: target max and log-sum, draft max and log-sum, log weight.
         token_ids_ptr: ``[B, max_n + 1]`` int64 output.
         logprobs_ptr: ``[B, max_n + 1]`` fp32 output.
         num_emitted_ptr: ``[B]`` int32 output.
@@ -829,12 +999,28 @@ def decide_kernel(
     out_row = request.to(tl.int64) * width
     lanes = tl.arange(0, POS_BLOCK)
 
+    # A sampled block request keeps m drafts, m the largest index block_keep_kernel kept.
+    kept = num_drafts
+    # The compile-time tests stand apart so the branches are compiled only for block verification.
+    if METHOD == BLOCK:  # noqa: SIM102
+        if sampled:
+            kept = 0
+            chunk = 0
+            while chunk < num_drafts:
+                index = chunk + 1 + lanes
+                flag = tl.load(
+                    row_int_ptr + (out_row + index) * ROW_INTS + ROW_ACCEPT, mask=index <= num_drafts, other=0
+                )
+                kept = tl.maximum(kept, tl.max(tl.where(flag != 0, index, 0), axis=0))
+                chunk += POS_BLOCK
     stop = num_drafts
     chunk = 0
     while (stop == num_drafts) & (chunk < num_drafts):
         position = chunk + lanes
         is_draft = position < num_drafts
         accept = tl.load(row_int_ptr + (out_row + position) * ROW_INTS + ROW_ACCEPT, mask=is_draft, other=0)
+        if METHOD == BLOCK:
+            accept = tl.where(sampled, (position < kept).to(tl.int32), accept)
         stop = tl.min(tl.where(is_draft & (accept == 0), position, num_drafts), axis=0)
         keep = is_draft & (position < stop)
         draft_id = tl.load(
@@ -871,7 +1057,7 @@ def decide_kernel(
     if METHOD == STRICT:
         mode = tl.full([], SAMPLE_NONE, tl.int64)
     else:
-        if METHOD == PROBABILISTIC:
+        if METHOD == PROBABILISTIC or METHOD == BLOCK:  # noqa: SIM109 (constexprs)
             rejected_mode = SAMPLE_RESIDUAL if HAS_DRAFT else SAMPLE_WITHOUT_DRAFT
             mode = tl.where(real, rejected_mode, SAMPLE_TARGET).to(tl.int64)
         else:
@@ -892,8 +1078,14 @@ def decide_kernel(
         tl.store(info_int + INFO_DRAFT_TOKEN, tl.where(mode == SAMPLE_WITHOUT_DRAFT, draft_id, -1))
         tl.store(info_float + INFO_TARGET_MAX, tl.load(row_float + ROW_TARGET_MAX))
         tl.store(info_float + INFO_TARGET_LOG_SUM, tl.load(row_float + ROW_TARGET_LOG_SUM))
+        log_weight = tl.full([], 0.0, tl.float32)
+        if METHOD == BLOCK:  # noqa: SIM102
+            # w_m of the residual max(w_m p - q, 0) after a stop at m < n (w_0 = 1).
+            if (stop > 0) & is_draft:
+                log_weight = tl.load(row_float + ROW_LOG_WEIGHT)
+        tl.store(info_float + INFO_LOG_WEIGHT, log_weight)
         # The compile-time test stands apart so the branch is compiled only where drafts exist.
-        if METHOD == PROBABILISTIC and HAS_DRAFT:  # noqa: SIM102
+        if (METHOD == PROBABILISTIC or METHOD == BLOCK) and HAS_DRAFT:  # noqa: SIM102, SIM109
             if mode == SAMPLE_RESIDUAL:
                 draft_offset = _draft_row_offset(
                     request, draft_start, stop, draft_slot_ptr, num_draft_rows, slot_capacity,
@@ -996,7 +1188,7 @@ def sample_kernel(
         draft_ptr: ``[D, V]`` or ``[S, K, V]`` draft logits (read only in residual mode).
         temperature_ptr: ``[B]`` fp32.
         seed_ptr, step_ptr: ``[B]`` int64.
-        info_int_ptr: ``[B, 5]`` int64 and info_float_ptr: ``[B, 4]`` fp32 records of `decide_kernel`.
+        info_int_ptr: ``[B, 5]`` int64 and info_float_ptr: ``[B, 5]`` fp32 records of `decide_kernel`.
         res_key_ptr: ``[B * num_splits]`` fp32 output: best key of the residual (or restricted) law.
         res_token_ptr: ``[B * num_splits]`` int32 output: its token, the lowest among equal keys.
         res_mass_ptr: ``[B * num_splits]`` fp32 output: 0 when the split holds residual mass,
@@ -1016,6 +1208,8 @@ def sample_kernel(
         target_max = tl.load(info_float + INFO_TARGET_MAX)
         target_log_sum = tl.load(info_float + INFO_TARGET_LOG_SUM)
         residual = mode == SAMPLE_RESIDUAL
+        # The residual's p is weighted (block verification's w_m, else 1): log(w p) = e - (log_sum - log w).
+        residual_log_sum = target_log_sum - tl.where(residual, tl.load(info_float + INFO_LOG_WEIGHT), 0.0)
         draft_offset = tl.load(info_int + INFO_DRAFT_OFFSET, mask=residual, other=-1)
         draft_max = tl.load(info_float + INFO_DRAFT_MAX, mask=residual, other=NEG_INF)
         draft_log_sum = tl.load(info_float + INFO_DRAFT_LOG_SUM, mask=residual, other=0.0)
@@ -1040,8 +1234,8 @@ def sample_kernel(
             u = _noise_tile(seed, step, position, first + group)
             state = (best_key, best_token, mass)
             best_key, best_token, mass = _sample_tile(
-                state, tokens, x, y, u, target_max, target_log_sum, draft_max, draft_log_sum, inv_temperature,
-                draft_token, residual, vocab_size,
+                state, tokens, x, y, u, target_max, residual_log_sum, draft_max, draft_log_sum,
+                inv_temperature, draft_token, residual, vocab_size,
             )  # fmt: skip
         key = tl.max(best_key, axis=0)
         token = tl.min(tl.where(best_key == key, best_token, NO_SPLIT), axis=0)
@@ -1075,7 +1269,7 @@ def emit_kernel(
         target_ptr: ``[R, V]`` fp32/fp16/bf16 target logits.
         temperature_ptr: ``[B]`` fp32.
         seed_ptr, step_ptr: ``[B]`` int64.
-        info_int_ptr: ``[B, 5]`` int64 and info_float_ptr: ``[B, 4]`` fp32 records of `decide_kernel`.
+        info_int_ptr: ``[B, 5]`` int64 and info_float_ptr: ``[B, 5]`` fp32 records of `decide_kernel`.
         res_key_ptr, res_token_ptr, res_mass_ptr: the ``[B * num_splits]`` candidates of `sample_kernel`.
         token_ids_ptr: ``[B, max_n + 1]`` int64 output.
         logprobs_ptr: ``[B, max_n + 1]`` fp32 output.

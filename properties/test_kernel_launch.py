@@ -115,9 +115,10 @@ def test_launch_arguments_follow_the_kernel_parameters() -> None:
         assert named["vocab_size"] == batch.vocab_size
 
 
-@pytest.mark.parametrize("method", ["probabilistic", "strict", "synthetic"])
+@pytest.mark.parametrize("method", rejection.KERNEL_METHODS)
 def test_workspace_records_are_aligned_and_apart(method: str) -> None:
-    """Records follow the split records 16-byte aligned and in order; only counters and flags are zeroed."""
+    """Records follow the split records 16-byte aligned and in order; only counters and flags are zeroed;
+    the residual-mass shares of block verification take room in its calls only."""
     batch = _batch(method)
     plan = rejection.make_plan(batch)
     geometry = plan.geometry.cpu().tolist()
@@ -129,14 +130,18 @@ def test_workspace_records_are_aligned_and_apart(method: str) -> None:
         for field in (jit.WORK_COUNTER, jit.WORK_STOP_FLAG, jit.WORK_ROW_FLOAT, jit.WORK_ROW_INT)
     )
     starts = [counter, stop_flag, row_float, row_int, *(record.offset for record in plan.records[2:])]
-    assert starts[0] == split_words and starts == sorted(set(starts)) and starts[-1] < plan.work_words
+    assert starts[0] == split_words and starts == sorted(set(starts))
     assert all(start % 4 == 0 for start in starts)
+    mass = plan.records[-1]
+    assert mass.parameter == "mass_ptr"
+    mass_words = plan.num_requests * plan.width * num_splits if method == "block" else 0
+    assert plan.work_words - mass.offset == rejection._aligned(mass_words)
     assert plan.zeroed == slice(counter, row_float)
     assert [record.offset for record in plan.records[:2]] == [row_float, row_int]
 
 
 @pytest.mark.skipif(DEVICE != "cpu", reason="the interpreter patch applies under TRITON_INTERPRET=1 only")
-@pytest.mark.parametrize("method", ["strict", "probabilistic", "synthetic"])
+@pytest.mark.parametrize("method", rejection.KERNEL_METHODS)
 def test_interpreter_patched_once_per_launch_gives_identical_outputs(method: str) -> None:
     """With the once-per-launch patch (installed here), outputs equal the interpreter as Triton ships it."""
     assert interpret.installed(), "kernels.interpret.install() did not run under the interpreter"

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from specsample.kernels.rejection import rejection_sample
+from specsample.kernels.rejection import KERNEL_METHODS, rejection_sample
 from specsample.properties.checks.coupled import agreement
 from specsample.properties.checks.invariants import violations
 from specsample.reference.contract import RequestData, SpecBatch, SpecOutput, make_batch, split_output
@@ -34,7 +34,7 @@ def _tokens(output: SpecOutput) -> list[list[int]]:
     return [r.token_ids for r in split_output(output)]
 
 
-@pytest.mark.parametrize("method", ["probabilistic", "strict", "synthetic"])
+@pytest.mark.parametrize("method", KERNEL_METHODS)
 def test_nan_logits_count_as_minus_infinity(method: str) -> None:
     """NaN logits are never emitted nor accepted; an all-NaN row is uniform over the vocabulary."""
     target = np.array([[NAN, 1.0, NAN, 0.5, NAN], [NAN] * 5, [0.3, NAN, NAN, NAN, 2.0]])
@@ -72,7 +72,7 @@ def test_rows_without_a_finite_logit_are_uniform() -> None:
     assert seen == {0, 1, 2, 3}
 
 
-@pytest.mark.parametrize("method", ["probabilistic", "strict", "synthetic"])
+@pytest.mark.parametrize("method", KERNEL_METHODS)
 def test_draft_ids_outside_the_vocabulary_are_placeholders(method: str) -> None:
     """Ids outside [0, V) (-1, -5, V, V + 100, 2**40) are never accepted and stop the walk."""
     rng = np.random.default_rng(3)
@@ -90,7 +90,7 @@ def test_draft_ids_outside_the_vocabulary_are_placeholders(method: str) -> None:
             assert bad not in tokens
 
 
-@pytest.mark.parametrize("method", ["probabilistic", "strict", "synthetic"])
+@pytest.mark.parametrize("method", KERNEL_METHODS)
 def test_a_single_token_vocabulary_emits_token_zero(method: str) -> None:
     """With V = 1 every real draft is accepted and every emitted id is 0, logprob 0."""
     target = np.array([[0.5], [NAN], [-INF], [3.0]])
@@ -126,7 +126,7 @@ def test_no_drafts_anywhere_emit_the_bonus_token() -> None:
     requests = [
         RequestData(rng.normal(size=(1, 17)), [], None, t, seed=s) for s, t in enumerate([0.0, 1.0, 2.0])
     ]
-    for method in ("probabilistic", "strict", "synthetic"):
+    for method in KERNEL_METHODS:
         output = _sample(_batch(requests, method=method, synthetic_rates=[0.5]))
         assert tuple(output.token_ids.shape) == (3, 1)
         assert (output.num_emitted == 1).all()
@@ -176,7 +176,7 @@ def test_greedy_rows_mix_with_sampled_rows() -> None:
     """Greedy requests follow the argmax chain (ties to the lowest id) inside a sampled batch."""
     target = np.array([[1.0, 3.0, 3.0, NAN], [2.0, 0.0, 2.0, 1.0], [0.0, 0.0, 0.0, 9.0]])
     draft = np.zeros((2, 4))
-    for method in ("probabilistic", "strict"):
+    for method in ("probabilistic", "strict", "block"):
         requests = [RequestData(target, [1, 0], draft, 0.0), RequestData(target, [1, 2], draft, 1.0, seed=1)]
         output = _sample(_batch(requests, method=method))
         assert _tokens(output)[0] == [1, 0, 3]
@@ -185,7 +185,8 @@ def test_greedy_rows_mix_with_sampled_rows() -> None:
         assert float(output.logprobs[0, 0]) == pytest.approx(expected, abs=1e-5)
 
 
-def test_many_drafts_walk_past_the_position_block() -> None:
+@pytest.mark.parametrize("method", ["probabilistic", "block"])
+def test_many_drafts_walk_past_the_position_block(method: str) -> None:
     """Requests with 0, 17 and 70 drafts (several position chunks) agree with the reference."""
     rng = np.random.default_rng(8)
     logits = rng.normal(size=(71, 5))
@@ -194,12 +195,15 @@ def test_many_drafts_walk_past_the_position_block() -> None:
         RequestData(logits[:18], np.argmax(logits[:17], axis=1), logits[:17], 0.01, seed=2),
         RequestData(logits, np.argmax(logits[:70], axis=1), logits[:70], 0.0, seed=3),
     ]
-    output = _sample(_batch(requests))
+    batch = _batch(requests, method=method)
+    output = _sample(batch)
     assert int(output.num_emitted[2]) == 71
     assert tuple(output.token_ids.shape) == (3, 71)
+    assert agreement(batch, output).unexplained == []
 
 
-def test_inconsistent_values_never_leave_the_vocabulary() -> None:
+@pytest.mark.parametrize("method", KERNEL_METHODS)
+def test_inconsistent_values_never_leave_the_vocabulary(method: str) -> None:
     """Unchecked garbage (bad slots, counts, temperatures) still yields ids in [0, V) and a valid layout."""
     rng = np.random.default_rng(9)
     vocab_size = 7
@@ -221,6 +225,8 @@ def test_inconsistent_values_never_leave_the_vocabulary() -> None:
         seed=batch.seed,
         step=torch.tensor([-1, 2**40, 3], device=DEVICE),
         draft_slot=torch.tensor([-4, 1, 99], device=DEVICE),
+        method=method,
+        synthetic_rates=torch.tensor([0.5], dtype=torch.float64, device=DEVICE),
         max_num_drafts=2,
     )
     output = rejection_sample(garbage, check_values=False)
