@@ -26,7 +26,7 @@ def draft_counts(batch: SpecBatch) -> I64Array:
     return np.asarray(cu[1:] - cu[:-1], dtype=np.int64)
 
 
-def _ranges(starts: I64Array, lengths: I64Array) -> I64Array:
+def ranges(starts: I64Array, lengths: I64Array) -> I64Array:
     """The concatenation of ``arange(start, start + length)`` over the pairs, vectorised."""
     total = int(lengths.sum())
     if total == 0:
@@ -45,24 +45,17 @@ def select_requests(
 ) -> SpecBatch:
     """A batch holding request ``indices[j]`` of ``batch`` as its request ``j`` (repeats allowed).
 
-    Args:
-        batch: the source batch.
-        indices: source request of each new request.
-        seed: new per-request seeds (default: the source requests' own).
-        step: new per-request steps (default: the source requests' own).
-        draft_token_ids: new ``[D']`` draft ids for the selected requests, in the new order
-            (default: the source requests' own).
-
-    Slotted draft logits are shared, not copied: request ``j`` reads the slot of its source request.
+    ``seed`` and ``step`` (one per new request) and ``draft_token_ids`` (``[D']``, in the new order)
+    replace the source requests' own. Slotted draft logits are shared, not copied: request ``j``
+    reads the slot of its source request.
     """
     index = np.asarray(indices, dtype=np.int64).reshape(-1)
     device = batch.device
     cu = batch.cu_num_drafts.detach().cpu().numpy().astype(np.int64)
-    counts = cu[1:] - cu[:-1]
-    new_counts = counts[index]
+    new_counts = (cu[1:] - cu[:-1])[index]
     new_cu = np.concatenate([[0], np.cumsum(new_counts)])
-    target_rows = _ranges(cu[index] + index, new_counts + 1)
-    draft_rows = _ranges(cu[index], new_counts)
+    target_rows = ranges(cu[index] + index, new_counts + 1)
+    draft_rows = ranges(cu[index], new_counts)
 
     def gather(tensor: torch.Tensor, rows: I64Array) -> torch.Tensor:
         return tensor.index_select(0, torch.as_tensor(rows, device=tensor.device))
@@ -99,16 +92,6 @@ def select_requests(
         draft_slot=draft_slot,
         max_num_drafts=int(new_counts.max()) if new_counts.size else 0,
     )
-
-
-def replicate(batch: SpecBatch, num_trials: int, seeds: I64Array) -> SpecBatch:
-    """Each request of ``batch`` repeated ``num_trials`` times in a row (request-major), with ``seeds``.
-
-    Request ``b``'s trial ``t`` is request ``b * num_trials + t`` of the result and runs with seed
-    ``seeds[b * num_trials + t]`` and the step of request ``b``: independent draws of one request.
-    """
-    index = np.repeat(np.arange(batch.num_requests), num_trials)
-    return select_requests(batch, index, seed=seeds)
 
 
 def concatenate(batches: Sequence[SpecBatch]) -> SpecBatch:
@@ -206,8 +189,5 @@ def on_device(batch: SpecBatch, device: str) -> SpecBatch:
     """``batch`` with every tensor on ``device``."""
     if str(batch.device) == device:
         return batch
-    moved = {name: getattr(batch, name) for name in batch.__dataclass_fields__}
-    for name, value in moved.items():
-        if hasattr(value, "to") and not isinstance(value, str):
-            moved[name] = value.to(device)
-    return SpecBatch(**moved)
+    fields = {name: getattr(batch, name) for name in batch.__dataclass_fields__}
+    return SpecBatch(**{k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in fields.items()})

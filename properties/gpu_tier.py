@@ -28,9 +28,10 @@ import triton
 
 from specsample.kernels.rejection import KERNEL_METHODS as METHODS
 from specsample.kernels.rejection import rejection_sample
-from specsample.properties.checks.coupled import agreement
+from specsample.properties.batching import select_requests
+from specsample.properties.checks.coupled import Agreement, agreement
 from specsample.properties.checks.invariants import violations
-from specsample.reference.contract import SpecBatch
+from specsample.reference.contract import SpecBatch, SpecOutput
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -185,28 +186,38 @@ class CaseResult:
     seconds: float
     notes: list[str] = dataclasses.field(default_factory=list)
 
+    @classmethod
+    def of(
+        cls, label: str, found: Agreement, broken: list[str], output: SpecOutput, seconds: float
+    ) -> CaseResult:
+        """The counts of ``found`` (agreement with the walk) and ``broken`` (violations) of ``output``."""
+        return cls(
+            label,
+            found.num_samples,
+            found.num_decisions,
+            found.near_ties,
+            found.mismatches,
+            len(found.unexplained),
+            len(broken),
+            float(output.num_emitted.float().mean()),
+            seconds,
+            (broken + found.unexplained)[:5],
+        )
+
+
+def _timed_sample(batch: SpecBatch, check_values: bool | None = None) -> tuple[SpecOutput, float]:
+    """The Triton sampler's output on ``batch`` and the call's wall time."""
+    begin = time.perf_counter()
+    output = rejection_sample(batch, check_values=check_values)
+    torch.cuda.synchronize()
+    return output, time.perf_counter() - begin
+
 
 def check_case(case: Case, seed: int) -> CaseResult:
     """Sample one batch of ``case`` and count invariant violations, near ties and mismatches."""
     batch = make_case_batch(case, seed)
-    begin = time.perf_counter()
-    output = rejection_sample(batch, check_values=True)
-    torch.cuda.synchronize()
-    seconds = time.perf_counter() - begin
-    broken = violations(batch, output)
-    found = agreement(batch, output)
-    return CaseResult(
-        label=case.label,
-        requests=batch.num_requests,
-        decisions=found.num_decisions,
-        near_ties=found.near_ties,
-        mismatches=found.mismatches,
-        unexplained=len(found.unexplained),
-        violations=len(broken),
-        mean_emitted=float(output.num_emitted.float().mean()),
-        seconds=seconds,
-        notes=(broken + found.unexplained)[:5],
-    )
+    output, seconds = _timed_sample(batch, check_values=True)
+    return CaseResult.of(case.label, agreement(batch, output), violations(batch, output), output, seconds)
 
 
 def check_past_int32() -> CaseResult:
@@ -226,22 +237,9 @@ def check_past_int32() -> CaseResult:
         step=torch.zeros(num_requests, dtype=torch.int64, device="cuda"),
         max_num_drafts=n,
     )
-    begin = time.perf_counter()
-    output = rejection_sample(batch)
-    torch.cuda.synchronize()
-    seconds = time.perf_counter() - begin
-    tail = 4
-    first = num_requests - tail
-    small = dataclasses.replace(
-        batch,
-        target_logits=target[first * (n + 1) :].contiguous(),
-        draft_logits=draft[first * n :].contiguous(),
-        draft_token_ids=ids[first * n :],
-        cu_num_drafts=torch.arange(0, tail * n + 1, n, dtype=torch.int32, device="cuda"),
-        temperature=batch.temperature[first:],
-        seed=batch.seed[first:],
-        step=batch.step[first:],
-    )
+    output, seconds = _timed_sample(batch)
+    first = num_requests - 4
+    small = select_requests(batch, range(first, num_requests))
     alone = rejection_sample(small)
     notes = []
     if not torch.equal(alone.token_ids, output.token_ids[first:]):
@@ -253,18 +251,9 @@ def check_past_int32() -> CaseResult:
     if not bool(layout_ok):
         notes.append("ids outside [0, V) or bad padding in the large batch")
     found = agreement(small, alone)
-    return CaseResult(
-        label=f"prob  flat    fp16 V={vocab_size} B={num_requests} n={n} (rows past 2**31)",
-        requests=tail,
-        decisions=found.num_decisions,
-        near_ties=found.near_ties,
-        mismatches=found.mismatches,
-        unexplained=len(found.unexplained),
-        violations=len(notes),
-        mean_emitted=float(output.num_emitted.float().mean()),
-        seconds=seconds,
-        notes=notes + found.unexplained[:5],
-    )
+    label = f"prob  flat    fp16 V={vocab_size} B={num_requests} n={n} (rows past 2**31)"
+    result = CaseResult.of(label, found, notes, output, seconds)
+    return dataclasses.replace(result, notes=notes + found.unexplained[:5])
 
 
 def _print_table(results: list[CaseResult]) -> None:

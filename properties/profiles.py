@@ -22,14 +22,8 @@ DEFAULT = "dev"
 
 @dataclass(frozen=True)
 class Sizes:
-    """How large a profile's batches get.
-
-    Attributes:
-        max_vocab: the largest vocabulary size drawn.
-        max_requests: the most requests in a batch.
-        max_drafts: the most drafts of one request.
-        block_sizes: tile widths whose edges vocabulary sizes gather at.
-    """
+    """How large a profile's batches get: the largest vocabulary size drawn, the most requests in a
+    batch, the most drafts of one request, and the tile widths whose edges vocabulary sizes gather at."""
 
     max_vocab: int
     max_requests: int
@@ -44,11 +38,10 @@ class Profile:
     Attributes:
         name: the ``HYPOTHESIS_PROFILE`` value.
         examples: Hypothesis examples per property test.
-        variant_examples: examples of the generated-batch variant tests (each draws thousands of
-            trials).
-        interpreted_examples: the same for a Triton variant under the CPU interpreter.
-        num_samples: trials per request of the statistical checks.
-        interpreted_trials: trials per request for a Triton variant under the interpreter.
+        variant_examples, interpreted_examples: examples of the generated-batch variant tests (each
+            draws thousands of trials), and of those for a Triton variant under the CPU interpreter.
+        num_samples, interpreted_trials: trials per request of the statistical checks, and for a
+            Triton variant under the interpreter.
         alpha: the false-failure rate of each assertion.
         sizes: the sizes of generated batches.
         fuzz_examples_per_round: Hypothesis examples per fuzz search round.

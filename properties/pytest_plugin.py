@@ -112,10 +112,10 @@ class CaseItem(_Item):
 
     def runtest(self) -> None:
         """Run the checks."""
+        from specsample.properties.batching import on_device
         from specsample.properties.checks import run_checks
 
-        device = "cuda" if _cuda() else "cpu"
-        batch = _on(self.batch, device)
+        batch = on_device(self.batch, _device())
         verdicts = run_checks(
             self.variant, batch, num_samples=self.profile.num_samples, alpha=self.profile.alpha
         )
@@ -135,10 +135,9 @@ class SearchItem(_Item):
         from specsample.properties.checks import run_checks
         from specsample.reference.contract import capabilities
 
-        device = "cuda" if _cuda() else "cpu"
         profile = self.profile
         batches = strategies.spec_batches(
-            profile=profile.name, capabilities=capabilities(self.variant), device=device
+            profile=profile.name, capabilities=capabilities(self.variant), device=_device()
         )
 
         @settings(max_examples=profile.variant_examples, deadline=None, print_blob=True)
@@ -154,13 +153,8 @@ class SearchItem(_Item):
         search()
 
 
-def _cuda() -> bool:
+def _device() -> str:
+    """Where the checked batches live: the GPU when there is one."""
     import torch
 
-    return torch.cuda.is_available()
-
-
-def _on(batch: Any, device: str) -> Any:
-    from specsample.properties.batching import on_device
-
-    return on_device(batch, device)
+    return "cuda" if torch.cuda.is_available() else "cpu"

@@ -43,13 +43,12 @@ class TestResult:
             proportion for `binomial_test`).
         pvalue: the p-value under the null.
         df: degrees of freedom (pooled cells minus one; 1 for a binomial test).
-        reject: whether ``pvalue < alpha`` (an observation in an impossible cell gives p-value 0).
+        reject: whether ``pvalue < alpha``, the false-failure rate of this assertion (an observation
+            in an impossible cell gives p-value 0).
         num_samples: the sample size ``N``.
-        alpha: the false-failure rate of this assertion.
-        detectable_tv: the smallest deviation rejected with probability at least ``1 - beta``: total
-            variation on the pooled cells, or the absolute deviation of a binomial probability;
-            ``inf`` when no deviation is detected with that power.
-        beta: one minus the stated power.
+        detectable_tv: the smallest deviation rejected with probability at least ``1 - beta`` (one
+            minus the stated power): total variation on the pooled cells, or the absolute deviation
+            of a binomial probability; ``inf`` when no deviation is detected with that power.
         reason: a one-line human-readable account of the verdict.
     """
 
@@ -66,10 +65,6 @@ class TestResult:
     reason: str
 
 
-# ---------------------------------------------------------------------------------------------
-# Power of the chi-squared family
-
-
 def williams_bound(num_cells: int, min_expected: float = MIN_EXPECTED) -> float:
     """The largest Williams factor ``q`` over pooled cells whose expected counts are all ``>= min_expected``.
 
@@ -83,13 +78,9 @@ def williams_bound(num_cells: int, min_expected: float = MIN_EXPECTED) -> float:
 
 @functools.lru_cache(maxsize=4096)
 def noncentrality_for_power(alpha: float, beta: float, df: int, scale: float = 1.0) -> float:
-    """The non-centrality at which ``chi2(df, lambda)`` exceeds the critical value w.p. ``1 - beta``.
-
-    The critical value is ``scale * chi2.isf(alpha, df)``.
-
-    ``scale`` is the Williams factor: the corrected statistic ``G / q`` exceeds the critical value when
-    ``G`` exceeds ``q`` times it.
-    """
+    """The non-centrality at which ``chi2(df, lambda)`` exceeds ``scale * chi2.isf(alpha, df)`` w.p.
+    ``1 - beta``; ``scale`` is the Williams factor ``q`` (``G / q`` crosses a value when ``G`` crosses
+    ``q`` times it)."""
     critical = scale * stats.chi2.isf(alpha, df)
 
     def shortfall(lam: float) -> float:
@@ -110,17 +101,9 @@ def _required_noncentrality(alpha: float, beta: float, num_cells: int) -> float:
 def min_discrepancy(
     num_samples: int, alpha: float = DEFAULT_ALPHA, beta: float = DEFAULT_BETA, num_cells: int = 2
 ) -> float:
-    """The smallest total variation over ``num_cells`` pooled cells detected with power ``1 - beta``.
-
-    Args:
-        num_samples: the sample size ``N`` (``>= 1``).
-        alpha: the level of the test.
-        beta: one minus the power.
-        num_cells: ``k``, the pooled cells (``>= 2``); the test has ``k - 1`` degrees of freedom.
-
-    Returns:
-        ``sqrt(lambda / (4 N))``, the inverse of `min_num_samples`.
-    """
+    """The smallest total variation over ``num_cells >= 2`` pooled cells (``k - 1`` degrees of freedom)
+    detected with power ``1 - beta`` at level ``alpha``: ``sqrt(lambda / (4 N))``, the inverse of
+    `min_num_samples`."""
     if num_samples < 1:
         raise ValueError(f"num_samples is {num_samples}; expected at least 1")
     return math.sqrt(_required_noncentrality(alpha, beta, num_cells) / (4.0 * num_samples))
@@ -147,10 +130,6 @@ def zero_cell_detectable(num_samples: int, beta: float = DEFAULT_BETA) -> float:
     if num_samples < 1:
         return math.inf
     return -math.expm1(math.log(beta) / num_samples)
-
-
-# ---------------------------------------------------------------------------------------------
-# Goodness of fit
 
 
 def pool_cells(
@@ -183,6 +162,14 @@ def pool_cells(
     return groups
 
 
+def _g_reason(statistic: float, df: int, pvalue: float, alpha: float, size: str, detectable: float) -> str:
+    """The one-line account of a G-test's verdict."""
+    return (
+        f"G={statistic:.2f} df={df} p={pvalue:.3g} {'<' if pvalue < alpha else '>='} alpha={alpha:g}; "
+        f"N={size} detects TV>={detectable:.4f}"
+    )
+
+
 def _g_statistic(observed: F64Array, expected: F64Array) -> F64Array:
     """``2 sum O log(O / E)`` over the last axis (``0 log 0 = 0``)."""
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -201,9 +188,7 @@ class GoodnessOfFit:
         probs: ``[V]`` the null law.
         num_samples: ``N``, the total every count vector must have.
         groups: ``[V]`` the pooled group of each cell, ``-1`` for cells of probability 0.
-        num_groups: ``k``.
-        df: ``k - 1``.
-        williams: the correction factor ``q``.
+        num_groups, df, williams: ``k``, ``k - 1`` and Williams' factor ``q``.
         detectable_tv: the smallest total variation on the pooled cells detected with power
             ``1 - beta`` (``inf`` with fewer than two groups).
     """
@@ -216,7 +201,6 @@ class GoodnessOfFit:
         beta: float = DEFAULT_BETA,
         min_expected: float = MIN_EXPECTED,
     ) -> None:
-        """Pool the cells of ``probs`` for ``num_samples`` observations and size the test."""
         p = np.asarray(probs, dtype=np.float64).reshape(-1)
         if num_samples < 1:
             raise ValueError(f"num_samples is {num_samples}; expected at least 1")
@@ -275,42 +259,18 @@ class GoodnessOfFit:
         if observed.ndim != 1:
             raise ValueError(f"counts has shape {observed.shape}; test() takes one count vector")
         zero_hits = np.nonzero((self.probs <= 0) & (observed > 0))[0]
-        n = self.num_samples
+        n, df, alpha, detectable = self.num_samples, self.df, self.alpha, self.detectable_tv
         if zero_hits.size:
             hits = int(observed[zero_hits].sum())
-            return TestResult(
-                math.inf,
-                0.0,
-                self.df,
-                True,
-                n,
-                self.alpha,
-                self.detectable_tv,
-                self.beta,
-                f"{hits} observations in cells of probability 0: {zero_hits[:8].tolist()}",
-            )
+            reason = f"{hits} observations in cells of probability 0: {zero_hits[:8].tolist()}"
+            return TestResult(math.inf, 0.0, df, True, n, alpha, detectable, self.beta, reason)
         if self.num_groups < 2:
-            return TestResult(
-                0.0,
-                1.0,
-                self.df,
-                False,
-                n,
-                self.alpha,
-                self.detectable_tv,
-                self.beta,
-                "one pooled cell and no observation outside it",
-            )
+            reason = "one pooled cell and no observation outside it"
+            return TestResult(0.0, 1.0, df, False, n, alpha, detectable, self.beta, reason)
         statistic = float(self.statistics(observed))
         pvalue = float(stats.chi2.sf(statistic, self.num_groups - 1))
-        reject = pvalue < self.alpha
-        reason = (
-            f"G={statistic:.2f} df={self.df} p={pvalue:.3g} {'<' if reject else '>='} alpha={self.alpha:g}; "
-            f"N={n} detects TV>={self.detectable_tv:.4f}"
-        )
-        return TestResult(
-            statistic, pvalue, self.df, reject, n, self.alpha, self.detectable_tv, self.beta, reason
-        )
+        reason = _g_reason(statistic, df, pvalue, alpha, str(n), detectable)
+        return TestResult(statistic, pvalue, df, pvalue < alpha, n, alpha, detectable, self.beta, reason)
 
     def _check(self, counts: npt.ArrayLike) -> F64Array:
         observed = np.asarray(counts, dtype=np.float64)
@@ -332,12 +292,6 @@ def worst_case_deviation(fit: GoodnessOfFit, eps: float, where: str = "head", si
     probabilities, the other half the opposite, each cell keeping its share of its pooled group. When
     the halves hold exactly half the mass each, the non-centrality ``4 N eps**2`` is the smallest any
     deviation of size ``eps`` has: the deviation `GoodnessOfFit.detectable_tv` promises to catch.
-
-    Args:
-        fit: the test whose pooled cells shape the deviation.
-        eps: the total variation to move.
-        where: ``"head"`` or ``"tail"``: the half that gains (or loses) mass.
-        sign: ``1`` for a gain in that half, ``-1`` for a loss.
     """
     if where not in ("head", "tail"):
         raise ValueError(f"where is {where!r}; expected 'head' or 'tail'")
@@ -363,12 +317,8 @@ def goodness_of_fit(
     beta: float = DEFAULT_BETA,
     min_expected: float = MIN_EXPECTED,
 ) -> TestResult:
-    """The G-test of observed ``counts`` against the law ``probs`` (see `GoodnessOfFit`).
-
-    Cells are pooled by probability rank so every pooled cell expects ``>= min_expected``
-    observations; one observation in a cell of probability exactly 0 rejects outright (p-value 0).
-    ``counts`` and ``probs`` may have any shape; they are flattened.
-    """
+    """The G-test of observed ``counts`` against the law ``probs`` (`GoodnessOfFit`: pooled cells each
+    expecting ``>= min_expected``, p-value 0 on a cell of probability 0); both are flattened."""
     observed = np.asarray(counts, dtype=np.float64).reshape(-1)
     p = np.asarray(probs, dtype=np.float64).reshape(-1)
     if observed.shape != p.shape:
@@ -377,10 +327,6 @@ def goodness_of_fit(
     if n == 0:
         raise ValueError("counts sums to 0; expected at least one observation")
     return GoodnessOfFit(p, n, alpha, beta, min_expected).test(observed)
-
-
-# ---------------------------------------------------------------------------------------------
-# Exact binomial tests
 
 
 def binomial_pvalues(counts: npt.ArrayLike, num_trials: int, prob: float) -> F64Array:
@@ -450,10 +396,6 @@ def binomial_test(
     return TestResult(observed, pvalue, 1, reject, num_trials, alpha, detectable, beta, reason)
 
 
-# ---------------------------------------------------------------------------------------------
-# Multiple testing
-
-
 def holm_adjusted(pvalues: npt.ArrayLike) -> F64Array:
     """Holm's step-down adjusted p-values: test ``i`` is rejected at family level ``alpha`` iff below it.
 
@@ -469,10 +411,6 @@ def holm_adjusted(pvalues: npt.ArrayLike) -> F64Array:
     adjusted = np.empty(k)
     adjusted[order] = np.maximum.accumulate(scaled)
     return adjusted
-
-
-# ---------------------------------------------------------------------------------------------
-# Two samples
 
 
 def two_sample_test(
@@ -512,9 +450,5 @@ def two_sample_test(
     statistic = float(_g_statistic(table.reshape(-1), expected.reshape(-1))) / williams
     pvalue = float(stats.chi2.sf(statistic, k - 1))
     detectable = math.sqrt(_required_noncentrality(alpha, beta, k) / (4.0 * effective))
-    reject = pvalue < alpha
-    reason = (
-        f"G={statistic:.2f} df={k - 1} p={pvalue:.3g} {'<' if reject else '>='} alpha={alpha:g}; "
-        f"N={n_a}+{n_b} detects TV>={detectable:.4f}"
-    )
-    return TestResult(statistic, pvalue, k - 1, reject, n, alpha, detectable, beta, reason)
+    reason = _g_reason(statistic, k - 1, pvalue, alpha, f"{n_a}+{n_b}", detectable)
+    return TestResult(statistic, pvalue, k - 1, pvalue < alpha, n, alpha, detectable, beta, reason)

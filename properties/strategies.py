@@ -58,8 +58,6 @@ DRAFT_KINDS = ("one-hot", "flat", "slotted")
 DRAFT_CHOICES = ("from_q", "argmax", "uniform", "zero_prob", "last_id")
 # Temperatures: greedy, tiny (logits / T overflow float32), cold, 1, hot, huge (nearly uniform).
 TEMPERATURES = (0.0, 1e-30, 1e-3, 0.5, 1.0, 2.0, 50.0, 1e4)
-# ---------------------------------------------------------------------------------------------
-# Vocabulary sizes, temperatures, seeds
 
 
 def vocab_sizes(
@@ -71,11 +69,7 @@ def vocab_sizes(
     one-token vocabulary where every draft is the argmax.
     """
     edges = sorted({v for b in block_sizes for v in (b - 1, b, b + 1) if 1 <= v <= max_vocab} | {1, 2, 3})
-    return st.one_of(
-        st.sampled_from(edges),
-        st.integers(1, min(64, max_vocab)),
-        st.integers(1, max_vocab),
-    )
+    return st.one_of(st.sampled_from(edges), st.integers(1, min(64, max_vocab)), st.integers(1, max_vocab))
 
 
 def temperatures() -> st.SearchStrategy[float]:
@@ -97,10 +91,6 @@ def steps() -> st.SearchStrategy[int]:
     return st.one_of(st.just(0), st.integers(0, 100), st.integers(0, MAX_STEP - 1))
 
 
-# ---------------------------------------------------------------------------------------------
-# Distribution families
-
-
 def family_logits(
     rng: np.random.Generator,
     family: str,
@@ -112,6 +102,7 @@ def family_logits(
     """``(target [n + 1, V], draft [n, V])`` logits of one family, built with numpy from ``rng``.
 
     ``temperature`` is the request's; only ``underflow`` uses it, to scale its logits to it.
+    ``block_size`` is the tile width whose last tile ``needle`` aims at.
 
     Families (and the bugs they expose):
 
@@ -145,13 +136,6 @@ def family_logits(
       an out-of-vocabulary lane that wins a tie.
     - ``odd``: NaN, ``+inf`` and ``-inf`` sprinkled in. NaN must count as ``-inf`` and never yield an
       id ``>= V`` (M17); ``+inf`` rows are uniform over their ``+inf`` entries.
-
-    Args:
-        rng: the generator the arrays are drawn from.
-        family: one of `FAMILIES`.
-        num_drafts: ``n``.
-        vocab_size: ``V``.
-        block_size: the tile width whose last tile ``needle`` aims at.
     """
     rows, vocab = num_drafts + 1, vocab_size
     target = rng.normal(size=(rows, vocab)) * 2.0
@@ -270,10 +254,6 @@ def in_domain(logits: F64Array, capabilities: Capabilities) -> F64Array:
     return out
 
 
-# ---------------------------------------------------------------------------------------------
-# Batches
-
-
 @st.composite
 def spec_batches(
     draw: st.DrawFn,
@@ -307,15 +287,11 @@ def spec_batches(
     family's bugs (see `family_logits`).
 
     Args:
-        methods: the methods to draw from.
+        methods, families, dtypes, draft_kinds: what to draw from (``draft_kinds`` a subset of
+            `DRAFT_KINDS`).
         profile: a profile name (default: ``HYPOTHESIS_PROFILE``, else ``dev``); the explicit
-            size arguments override its sizes.
-        max_vocab, max_requests, max_drafts, block_sizes: size overrides.
-        families: the distribution families to draw from.
-        dtypes: the logit dtypes to draw from.
-        draft_kinds: a subset of ``("one-hot", "flat", "slotted")``.
-        greedy: whether requests may be greedy (``T = 0``).
-        placeholders: whether drafts may be placeholders.
+            size arguments (``max_vocab``, ``max_requests``, ``max_drafts``, ``block_sizes``) override it.
+        greedy, placeholders: whether requests may be greedy (``T = 0``), drafts placeholders.
         device: where the batch's tensors live.
         capabilities: a sampler's declared capabilities: every batch lies inside them (`in_domain`).
         describe: called with each drawn batch's description (method, vocab_size, dtype, layout,
@@ -366,27 +342,19 @@ def spec_batches(
                 step=draw(steps()),
             )
         )
-    most = max(len(r.draft_token_ids) for r in requests)
+    width = max(1, *(len(r.draft_token_ids) for r in requests))
     rates = None
     if METHOD_TABLE[method].takes_rates:
         if draw(st.booleans()):
-            mean = draw(st.floats(0.0, 1.0))
-            rates = conditional_rates(*synthetic_params(mean, max(most, 1)), max(most, 1))
+            rates = conditional_rates(*synthetic_params(draw(st.floats(0.0, 1.0)), width), width)
         else:
-            rates = np.array(
-                draw(
-                    st.lists(
-                        st.sampled_from([0.0, 0.3, 0.7, 1.0]) | st.floats(0, 1),
-                        min_size=max(most, 1),
-                        max_size=max(most, 1),
-                    )
-                )
-            )
+            explicit = st.sampled_from([0.0, 0.3, 0.7, 1.0]) | st.floats(0, 1)
+            rates = np.array(draw(st.lists(explicit, min_size=width, max_size=width)))
     slots, num_slots, capacity = None, None, None
     if kind == "slotted":
         num_slots = num_requests + draw(st.integers(0, 3))
         slots = [int(s) for s in rng.permutation(num_slots)[:num_requests]]
-        capacity = max(most, 1) + draw(st.integers(0, 2))
+        capacity = width + draw(st.integers(0, 2))
     if describe is not None:
         describe(
             {

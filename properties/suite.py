@@ -25,11 +25,6 @@ def cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-def interpreted() -> bool:
-    """Whether Triton kernels run under the CPU interpreter in this process."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
 def variant_names() -> list[str]:
     """The reference sampler and every registered variant, as kernels land in the registry."""
     return ["reference", *registry.names()]
@@ -42,7 +37,7 @@ def load_variant(name: str) -> Variant:
 
 def slow_under_interpreter(name: str) -> bool:
     """Whether ``name`` runs Triton programs one at a time here (under the CPU interpreter)."""
-    return name == "triton" and interpreted()
+    return name == "triton" and os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def replay_hint(seed: int, variant: str) -> str:

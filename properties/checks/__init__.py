@@ -1,17 +1,12 @@
 """The checks of any `Variant`, one module each, from cheapest to strongest.
 
-- ``invariants``: every sample keeps the hard invariants (ids in range, layout, accepted prefix,
-  no id of target probability 0, greedy argmax chains, logprobs).
-- ``coupled``: a variant on a random scheme the walk replays emits exactly what the float64 walk
-  emits from the same uniforms, except where the first difference is a near tie.
+- ``invariants``: every sample keeps the hard invariants (ids, layout, prefix, greedy chains, logprobs).
+- ``coupled``: on a scheme the walk replays, the variant emits what the float64 walk emits.
 - ``law_of_m``: the number accepted follows `reference.law.exact_law`.
 - ``law_of_y``: the joint law of ``(m, y)`` and the law of ``y`` given each ``m`` follow the exact law.
-- ``marginal``: with the drafts drawn from ``q``, every reached position follows ``p`` (lossless
-  methods; for block verification, the positions of the output continued by the target).
-- ``steps``: with each request's seed fixed, outputs over distinct steps follow the exact law (a
-  sampler that ignores the step repeats itself every decoding step).
-- ``composition``: a request's output does not depend on the rest of the batch, its place in it, or
-  the slot permutation that holds its drafts.
+- ``marginal``: with the drafts drawn from ``q``, every reached position follows ``p``.
+- ``steps``: with each request's seed fixed, outputs over distinct steps follow the exact law.
+- ``composition``: a request's output does not depend on the rest of the batch or on the slots.
 - ``determinism``: the same batch gives the same output twice.
 
 Each check is a `Check` (a name, `Check.applies`, `Check.run` returning a `Verdict`) registered in
@@ -84,17 +79,8 @@ def check(
 ) -> Verdict | None:
     """Run the check called ``name``; ``None`` when it does not apply to ``variant`` on ``batch``."""
     unit = CHECKS[name]
-    if not unit.applies(variant, batch):
-        return None
-    return unit.run(
-        variant,
-        batch,
-        num_samples=num_samples,
-        alpha=alpha,
-        seed=seed,
-        trials=trials,
-        required_samples=required_samples,
-    )
+    options = dict(num_samples=num_samples, alpha=alpha, seed=seed, required_samples=required_samples)
+    return unit.run(variant, batch, trials=trials, **options) if unit.applies(variant, batch) else None
 
 
 def run_checks(
@@ -130,16 +116,9 @@ def run_checks(
         except VariantError as error:
             verdicts += [failed_call(c.name, variant, error, time.perf_counter() - start) for c in sharing]
             wanted = [c for c in wanted if not c.shares_trials]
+    options = dict(num_samples=num_samples, alpha=alpha, seed=seed, required_samples=required_samples)
     for unit in wanted:
-        verdict = unit.run(
-            variant,
-            batch,
-            num_samples=num_samples,
-            alpha=alpha,
-            seed=seed,
-            trials=shared if unit.shares_trials else None,
-            required_samples=required_samples,
-        )
+        verdict = unit.run(variant, batch, trials=shared if unit.shares_trials else None, **options)
         if shared is not None and unit is sharing[0]:
             verdict = dataclasses.replace(verdict, seconds=verdict.seconds + shared.seconds)
         verdicts.append(verdict)

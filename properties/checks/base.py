@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -20,7 +20,7 @@ import numpy.typing as npt
 import torch
 
 from specsample.properties import stats
-from specsample.properties.batching import draft_counts, pad_output, select_requests
+from specsample.properties.batching import draft_counts, pad_output, ranges, select_requests
 from specsample.properties.checks.poison import active_pattern, poisoned
 from specsample.reference.contract import (
     MAX_STEP,
@@ -39,20 +39,17 @@ DEFAULT_ALPHA = stats.DEFAULT_ALPHA
 DEFAULT_MAX_ELEMENTS = 1 << 26
 
 I64Array = npt.NDArray[np.int64]
-F64Array = npt.NDArray[np.float64]
 Status = Literal["pass", "fail", "inconclusive"]
 Unit = Literal["total variation", "probability", "rate per sample"]
 
 
 @dataclass(frozen=True)
 class Deviation:
-    """The smallest deviation a verdict detects with power 0.999, and what it is measured in.
+    """The smallest deviation a verdict detects with power 0.999 (``inf`` for none), and its unit.
 
-    Attributes:
-        value: the deviation (``inf`` when none is detected with that power).
-        unit: ``"total variation"`` between token laws, ``"probability"`` (the absolute deviation
-            of a cell probability, as for the law of ``m``), or ``"rate per sample"`` (the rate of
-            a violation seen at least once, for the exact checks).
+    The unit is the total variation between token laws, a ``"probability"`` (the absolute deviation
+    of a cell probability, as for the law of ``m``), or the ``"rate per sample"`` of a violation seen
+    at least once (the exact checks).
     """
 
     value: float
@@ -115,16 +112,10 @@ class VariantError(Exception):
 
 @dataclass(frozen=True)
 class Settings:
-    """How a check runs.
-
-    Attributes:
-        num_samples: trials per request.
-        alpha: the false-failure rate of a statistical verdict.
-        seed: what every random choice derives from.
-        required_samples: the trials per request the profile's power needs; a check that runs
-            fewer and sees nothing wrong is inconclusive (default: ``num_samples``).
-        arithmetic: the sampler's arithmetic (`reference.contract.Capabilities`), which the exact
-            law follows.
+    """How a check runs: ``num_samples`` trials per request, the false-failure rate ``alpha``, and
+    the ``seed`` every random choice derives from. ``required_samples`` (default: ``num_samples``)
+    is the trials per request the profile's power needs: a check that runs fewer and sees nothing
+    wrong is inconclusive. The exact law follows the sampler's ``arithmetic`` (`Capabilities`).
     """
 
     num_samples: int = DEFAULT_NUM_SAMPLES
@@ -143,14 +134,11 @@ class Settings:
 
 
 class Check:
-    """A check: a name, which variants and batches it applies to, and `run` returning a `Verdict`.
+    """A check: a name, which variants and batches it `applies` to, and `run` returning a `Verdict`.
 
-    Attributes:
-        name: the check's name.
-        shares_trials: whether it runs on the trials `run_checks` draws once for every such check
-            (otherwise it makes its own variant calls).
-        counts_trials: whether its power grows with the trials per request, so that too few of
-            them make a clean verdict inconclusive.
+    ``shares_trials``: it runs on the trials `run_checks` draws once for every such check (otherwise
+    it makes its own variant calls). ``counts_trials``: its power grows with the trials per request,
+    so too few of them make a clean verdict inconclusive.
     """
 
     name: str
@@ -274,9 +262,7 @@ def derived_rng(seed: int, purpose: str) -> np.random.Generator:
 
 class EnvironmentProblem(Exception):
     """The environment, not the sampler, failed a call: out of memory, no driver, a compile error.
-
-    It is never a verdict and never a reproducer; the CLI reports it with exit code 2.
-    """
+    Never a verdict nor a reproducer; the CLI reports it with exit code 2."""
 
 
 # Words in an exception's text that mark a failure of the machine rather than of the sampler.
@@ -310,28 +296,23 @@ def elements_per_call(device: torch.device, bytes_per_element: int = 64) -> int:
     if device.type == "cuda":
         free = torch.cuda.mem_get_info(device)[0]
     else:
-        import os
-
         free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     return max(1, min(DEFAULT_MAX_ELEMENTS, free // (4 * bytes_per_element)))
 
 
 @dataclass(frozen=True)
 class Trials:
-    """``N`` independent samples of every request of a batch.
+    """``N`` independent samples of every request of a batch (what `draw_trials` returns).
 
     Request ``b``'s trial ``t`` is replica ``b * N + t``: request ``b`` with its own seed and, for
     the marginal check, its own drafts. Replicas are built a call at a time, never all at once.
 
     Attributes:
-        batch: the checked batch.
         output: the variant's output for every replica, on the CPU, padded to the full width.
-        num_trials: ``N``.
-        seeds: ``[B * N]`` the replicas' seeds.
+        seeds, steps: ``[B * N]`` the replicas' seeds and steps (``None``: their requests' own).
         draft_token_ids: the replicas' drafts, request-major, or ``None`` for the batch's own.
         seconds: wall time of the variant calls.
         problems: shape and dtype violations of the raw outputs.
-        steps: ``[B * N]`` the replicas' steps, or ``None`` for their requests' own.
     """
 
     batch: SpecBatch
@@ -343,13 +324,9 @@ class Trials:
     problems: list[str] = field(default_factory=list)
     steps: I64Array | None = None
 
-    def rows(self, request: int) -> slice:
-        """The rows of ``output`` that hold ``request``'s trials."""
-        return slice(request * self.num_trials, (request + 1) * self.num_trials)
-
     def request_rows(self, request: int) -> tuple[I64Array, I64Array]:
         """``(tokens [N, W], emitted [N])`` of one request's trials."""
-        rows = self.rows(request)
+        rows = slice(request * self.num_trials, (request + 1) * self.num_trials)
         tokens = self.output.token_ids[rows].numpy().astype(np.int64)
         emitted = self.output.num_emitted[rows].numpy().astype(np.int64)
         return tokens, emitted
@@ -368,15 +345,13 @@ def replicas(
     steps: I64Array | None = None,
 ) -> SpecBatch:
     """Replicas ``rows`` of ``batch`` (replica ``b * num_trials + t`` is request ``b``) on its device."""
-    index = rows // num_trials
     ids = None
     if draft_token_ids is not None:
-        counts = draft_counts(batch)[index]
-        starts = np.concatenate([[0], np.cumsum(np.repeat(draft_counts(batch), num_trials))])[rows]
-        take = np.concatenate([np.arange(s, s + c) for s, c in zip(starts, counts, strict=True)] or [[]])
-        ids = torch.as_tensor(draft_token_ids[take.astype(np.int64)], dtype=torch.int64)
+        counts = np.repeat(draft_counts(batch), num_trials)
+        take = ranges((np.cumsum(counts) - counts)[rows], counts[rows])
+        ids = torch.as_tensor(draft_token_ids[take], dtype=torch.int64)
     step = None if steps is None else steps[rows]
-    return select_requests(batch, index, seed=seeds[rows], step=step, draft_token_ids=ids)
+    return select_requests(batch, rows // num_trials, seed=seeds[rows], step=step, draft_token_ids=ids)
 
 
 def _call(variant: Variant, part: SpecBatch, problems: list[str]) -> SpecOutput:
@@ -455,19 +430,11 @@ def draw_trials(
     """Run ``variant`` on ``num_trials`` replicas of every request of ``batch`` with fresh seeds.
 
     The replicas are gathered a call at a time, each call at most ``max_elements`` logits (default:
-    what the device's free memory holds, `elements_per_call`).
-
-    Args:
-        variant: the sampler under test.
-        batch: the checked batch.
-        num_trials: ``N``, the replicas of each request.
-        seed: derives the replicas' seeds (with ``purpose``).
-        draft_token_ids: optional ``[B * N * ...]`` draft ids of the replicas, request-major (the
-            marginal check draws them from ``q``).
-        purpose: separates the seed streams of different uses.
-        max_elements: the most logits per variant call.
-        vary: ``"seed"`` gives each replica a fresh seed (its request's step); ``"step"`` keeps the
-            request's seed and gives each replica a fresh step, distinct within the request.
+    what the device's free memory holds, `elements_per_call`). ``seed`` and ``purpose`` (which
+    separates the streams of different uses) derive the replicas' seeds. ``draft_token_ids``: the
+    replicas' ``[B * N * ...]`` draft ids, request-major (the marginal check draws them from ``q``).
+    ``vary="step"`` keeps each request's seed and gives each replica a step of its own instead,
+    distinct within the request.
     """
     if num_trials < 1:
         raise ValueError(f"num_trials is {num_trials}; expected at least 1")
@@ -498,15 +465,9 @@ def distinct_steps(seed: int, purpose: str, num_requests: int, num_trials: int) 
 
 @dataclass(frozen=True)
 class Component:
-    """One statistical test inside a check: where it looks and what it found.
-
-    Attributes:
-        request: the request of the checked batch it tests.
-        position: the position it tests (``None`` for a whole-request test).
-        pvalue: its p-value, before Holm's adjustment.
-        statistic: its statistic (G, or an observed proportion for a binomial test).
-        what: a short description.
-    """
+    """One statistical test inside a check: the request and position (``None`` for a whole-request
+    test) it tests, its p-value before Holm's adjustment, its statistic (G, or an observed proportion
+    for a binomial test) and a short description."""
 
     request: int
     position: int | None
@@ -561,29 +522,56 @@ def exact_verdict(
     )
 
 
-def largest(values: Sequence[float]) -> float:
-    """The largest of ``values``, ``inf`` when there are none."""
-    return max(values, default=math.inf)
-
-
 # Requests compared by the invariance checks (composition, determinism): the first trials of each.
 INVARIANCE_TRIALS = 8
 
 
-def invariance_subject(batch: SpecBatch, num_samples: int, seed: int) -> tuple[SpecBatch, int]:
-    """A few trials of every request (at most `INVARIANCE_TRIALS`), and how many per request."""
-    trials = max(1, min(num_samples, INVARIANCE_TRIALS))
-    index = np.repeat(np.arange(batch.num_requests), trials)
-    return select_requests(batch, index, seed=trial_seeds(seed, "invariance", index.size)), trials
+class InvarianceCheck(Check):
+    """Two calls on a few trials of every request (`INVARIANCE_TRIALS` at most) give the same tokens,
+    counts and logprobs; no statistics. A subclass makes the calls (`outputs`) and names them in
+    its messages (``change``: how the calls differ; ``shown``: one request's two outputs)."""
 
+    counts_trials = False
+    shares_trials = False
+    change: str
+    shown: str
 
-def differing_rows(a: SpecOutput, b: SpecOutput, rows_a: I64Array, rows_b: I64Array) -> list[int]:
-    """The indices ``j`` at which row ``rows_a[j]`` of ``a`` and row ``rows_b[j]`` of ``b`` differ."""
-    count_a, count_b = a.num_emitted.numpy()[rows_a], b.num_emitted.numpy()[rows_b]
-    tokens_a, tokens_b = a.token_ids.numpy()[rows_a], b.token_ids.numpy()[rows_b]
-    width = min(tokens_a.shape[1], tokens_b.shape[1])
-    differ = (count_a != count_b) | (tokens_a[:, :width] != tokens_b[:, :width]).any(axis=1)
-    if a.logprobs is not None and b.logprobs is not None:
-        lp_a, lp_b = a.logprobs.numpy()[rows_a, :width], b.logprobs.numpy()[rows_b, :width]
-        differ |= ~np.isclose(lp_a, lp_b, rtol=1e-6, atol=1e-6, equal_nan=True).all(axis=1)
-    return np.nonzero(differ)[0].tolist()
+    def __init__(self, max_elements: int | None = None) -> None:
+        self.max_elements = max_elements
+
+    def outputs(
+        self, variant: Variant, subject: SpecBatch, seed: int
+    ) -> tuple[SpecOutput, SpecOutput, I64Array, str]:
+        """The two outputs, the row of the second holding each request of ``subject``, and how the
+        passing message says they were called."""
+        raise NotImplementedError
+
+    def verdict(
+        self, variant: Variant, batch: SpecBatch, settings: Settings, trials: Trials | None
+    ) -> Verdict:
+        """Compare the two calls request by request; ``alpha`` and ``trials`` are unused."""
+        per_request = max(1, min(settings.num_samples, INVARIANCE_TRIALS))
+        index = np.repeat(np.arange(batch.num_requests), per_request)
+        subject = select_requests(batch, index, seed=trial_seeds(settings.seed, "invariance", index.size))
+        first, second, place, same = self.outputs(variant, subject, settings.seed)
+        tokens_a, tokens_b = first.token_ids.numpy(), second.token_ids.numpy()[place]
+        width = min(tokens_a.shape[1], tokens_b.shape[1])
+        differ = (first.num_emitted.numpy() != second.num_emitted.numpy()[place]) | (
+            tokens_a[:, :width] != tokens_b[:, :width]
+        ).any(axis=1)
+        if first.logprobs is not None and second.logprobs is not None:
+            lp_a, lp_b = first.logprobs.numpy()[:, :width], second.logprobs.numpy()[place, :width]
+            differ |= ~np.isclose(lp_a, lp_b, rtol=1e-6, atol=1e-6, equal_nan=True).all(axis=1)
+        failures = np.nonzero(differ)[0]
+        r = int(failures[0]) if failures.size else 0
+        total = subject.num_requests
+        return exact_verdict(
+            self.name,
+            variant,
+            failures=failures.size,
+            total=total,
+            passed=f"{total} requests give the same output {same}",
+            failed=f"{failures.size} of {total} requests change {self.change}; first: request "
+            f"{r // per_request} emits {self.shown.format(tokens_a[r].tolist(), tokens_b[r].tolist())}",
+            request=r // per_request,
+        )

@@ -11,38 +11,28 @@ import numpy as np
 
 from specsample.properties.batching import concatenate, permute_slots, roll_vocab, select_requests
 from specsample.properties.checks.base import (
-    Check,
-    Settings,
-    Trials,
-    Verdict,
+    I64Array,
+    InvarianceCheck,
     call_variant,
     derived_rng,
-    differing_rows,
-    exact_verdict,
-    invariance_subject,
     trial_seeds,
 )
-from specsample.reference.contract import SpecBatch, Variant
+from specsample.reference.contract import SpecBatch, SpecOutput, Variant
 
 
-class Composition(Check):
+class Composition(InvarianceCheck):
     """The same requests give the same output alone and shuffled among strangers, under permuted slots."""
 
     name = "composition"
-    counts_trials = False
-    shares_trials = False
+    change = "when shuffled among strangers"
+    shown = "{} alone, {} shuffled"
 
-    def __init__(self, max_elements: int | None = None) -> None:
-        self.max_elements = max_elements
-
-    def verdict(
-        self, variant: Variant, batch: SpecBatch, settings: Settings, trials: Trials | None
-    ) -> Verdict:
-        """No statistics: ``alpha`` and ``trials`` are unused."""
-        seed = settings.seed
-        subject, per_request = invariance_subject(batch, settings.num_samples, seed)
+    def outputs(
+        self, variant: Variant, subject: SpecBatch, seed: int
+    ) -> tuple[SpecOutput, SpecOutput, I64Array, str]:
+        """``subject`` alone, then shuffled among strangers."""
         rng = derived_rng(seed, "composition")
-        strangers = roll_vocab(subject, int(rng.integers(1, max(batch.vocab_size, 2))))
+        strangers = roll_vocab(subject, int(rng.integers(1, max(subject.vocab_size, 2))))
         strangers = select_requests(
             strangers,
             rng.permutation(subject.num_requests),
@@ -61,22 +51,9 @@ class Composition(Check):
         crowded, _ = call_variant(variant, shuffled, self.max_elements)
         place = np.empty(order.size, dtype=np.int64)
         place[order] = np.arange(order.size)
-        rows = np.arange(subject.num_requests)
-        differ = differing_rows(alone, crowded, rows, place[rows])
-        r = differ[0] if differ else 0
         slots = " under permuted slots" if subject.slotted else ""
-        return exact_verdict(
-            self.name,
-            variant,
-            failures=len(differ),
-            total=subject.num_requests,
-            passed=f"{subject.num_requests} requests give the same output alone and shuffled among "
-            f"{strangers.num_requests} strangers{slots}",
-            failed=f"{len(differ)} of {subject.num_requests} requests change when shuffled among strangers; "
-            f"first: request {r // per_request} emits {alone.token_ids[r].tolist()} alone, "
-            f"{crowded.token_ids[place[r]].tolist()} shuffled",
-            request=r // per_request,
-        )
+        same = f"alone and shuffled among {strangers.num_requests} strangers{slots}"
+        return alone, crowded, place[: subject.num_requests], same
 
 
 CHECK = Composition()

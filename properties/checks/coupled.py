@@ -36,15 +36,11 @@ MIN_EXCUSED = 3
 class Agreement:
     """An output compared with the walk, sample by sample (one sample per request of the batch).
 
-    Attributes:
-        num_samples: the samples compared.
-        num_decisions: acceptance decisions and samples made along the walk.
-        near_ties: the walk's decisions float32 rounding could flip.
-        mismatches: samples that differ from the walk.
-        excused: mismatches whose first difference is a near tie.
-        unexplained: a line for each mismatch whose first difference is no near tie, and for each
-            logprob out of tolerance (empty when the output agrees).
-        first: ``(sample, position)`` of the first unexplained difference.
+    ``num_decisions`` counts the acceptance decisions and samples made along the walk, ``near_ties``
+    those float32 rounding could flip, ``mismatches`` the samples that differ from the walk, and
+    ``excused`` the mismatches whose first difference is a near tie. ``unexplained`` has a line for
+    each other mismatch and each logprob out of tolerance (empty when the output agrees); ``first``
+    is the ``(sample, position)`` of the first unexplained difference.
     """
 
     num_samples: int = 0
@@ -121,10 +117,8 @@ def _logprob_problems(batch: SpecBatch, walked: WalkResult, mine: np.ndarray, ag
         token, index = tokens[r, k], np.arange(r.size)
         ok = logprob_ok(mine[r, k], law.log_probs[index, token], law.tolerance[index, token])
         for j in np.nonzero(~ok)[0]:
-            expected = law.log_probs[j, token[j]]
-            problems.append(
-                f"sample {r[j]} position {k}: logprob {mine[r[j], k]:.6g}, expected {expected:.6g}"
-            )
+            got, expected = mine[r[j], k], law.log_probs[j, token[j]]
+            problems.append(f"sample {r[j]} position {k}: logprob {got:.6g}, expected {expected:.6g}")
     return problems
 
 
@@ -154,13 +148,10 @@ class Coupled(Check):
         """Compare the first trials of each request; ``alpha`` is unused; ``detectable``: the
         per-sample disagreement rate seen with probability 0.999."""
         trials = trials or draw_trials(variant, batch, settings.num_samples, settings.seed)
-        width = batch.resolved_max_num_drafts() + 1
-        per_request = max(
-            1, min(trials.num_trials, self.max_elements // (batch.num_requests * batch.vocab_size * width))
-        )
-        rows = (
-            np.arange(batch.num_requests)[:, None] * trials.num_trials + np.arange(per_request)[None, :]
-        ).reshape(-1)
+        logits_per_trial = batch.num_requests * batch.vocab_size * (batch.resolved_max_num_drafts() + 1)
+        per_request = max(1, min(trials.num_trials, self.max_elements // logits_per_trial))
+        starts = np.arange(batch.num_requests) * trials.num_trials
+        rows = (starts[:, None] + np.arange(per_request)[None, :]).reshape(-1)
         compared = trials.replicas(rows)
         output = SpecOutput(
             token_ids=trials.output.token_ids[rows],

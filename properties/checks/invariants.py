@@ -23,7 +23,7 @@ from specsample.properties.checks.base import Check, Settings, Trials, Verdict, 
 from specsample.reference.contract import Arithmetic, SpecBatch, SpecOutput, Variant
 from specsample.reference.law import RequestInputs, RequestLaw, exact_law, greedy_token, request_inputs
 from specsample.reference.methods import METHODS, Method
-from specsample.reference.near_ties import LOG_SUBNORMAL, LogLaw, log_law
+from specsample.reference.near_ties import LOG_SUBNORMAL, log_law
 
 I64Array = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -44,35 +44,6 @@ def logprob_ok(got: npt.ArrayLike, expected: npt.ArrayLike, tolerance: npt.Array
     return np.asarray(np.where(tiny, small, close))
 
 
-def logprob_laws(inputs: RequestInputs) -> LogLaw:
-    """``[n + 1, V]`` the log-domain target laws the logprobs follow (``T = 1`` for greedy rows)."""
-    n = inputs.num_drafts
-    return log_law(inputs.target_logits, np.full(n + 1, 1.0 if inputs.greedy else inputs.temperature))
-
-
-@dataclass(frozen=True)
-class _RequestFacts:
-    """What the invariants need of one request, computed once for all its trials."""
-
-    n: int
-    drafts: I64Array  # [n]
-    greedy_stop: int  # where a greedy chain stops (n when every draft is the argmax)
-    argmax: I64Array  # [n + 1]
-    zero_draft: BoolArray  # [n] whether draft i has target probability 0
-    laws: LogLaw
-
-
-def _facts(inputs: RequestInputs, law: RequestLaw) -> _RequestFacts:
-    n = inputs.num_drafts
-    argmax = greedy_token(inputs.target_logits).reshape(n + 1)
-    drafts = inputs.draft_token_ids
-    mismatch = np.nonzero(drafts != argmax[:n])[0]
-    zero = np.array([drafts[i] >= 0 and law.target_probs[i, drafts[i]] == 0.0 for i in range(n)], dtype=bool)
-    return _RequestFacts(
-        n, drafts, int(mismatch[0]) if mismatch.size else n, argmax, zero, logprob_laws(inputs)
-    )
-
-
 def broken_invariants(
     method: Method,
     vocab_size: int,
@@ -83,13 +54,15 @@ def broken_invariants(
     logprobs: npt.NDArray[np.float32] | None,
 ) -> dict[str, BoolArray]:
     """Each invariant, in the order they are reported, and ``[N]`` which samples of one request break it."""
-    facts = _facts(inputs, law)
-    n, width = facts.n, tokens.shape[1]
+    n, width, ids = inputs.num_drafts, tokens.shape[1], inputs.draft_token_ids
+    argmax = greedy_token(inputs.target_logits).reshape(n + 1)
+    mismatch = np.nonzero(ids != argmax[:n])[0]
+    greedy_stop = int(mismatch[0]) if mismatch.size else n  # n when every draft is the argmax
     count = np.clip(emitted, 1, n + 1)
     position = np.arange(width)[None, :]
     inside = position < count[:, None]
     drafts = np.full(width, -2, dtype=np.int64)
-    drafts[:n] = facts.drafts
+    drafts[:n] = ids
     m = count - 1
     y = np.clip(tokens[np.arange(tokens.shape[0]), m], 0, vocab_size - 1)
     broken = {
@@ -98,45 +71,38 @@ def broken_invariants(
             axis=1
         ),
         "token_ids not -1 after the emitted tokens": (~inside & (tokens != -1)).any(axis=1),
-        f"accepted tokens differ from the drafts {facts.drafts.tolist()}": (
+        f"accepted tokens differ from the drafts {ids.tolist()}": (
             (position < m[:, None]) & (tokens != drafts[None, :])
         ).any(axis=1),
     }
     if inputs.greedy:
-        broken[f"a greedy row emits another token than its argmax ({facts.argmax.tolist()})"] = (
-            y != facts.argmax[m]
-        )
+        broken[f"a greedy row emits another token than its argmax ({argmax.tolist()})"] = y != argmax[m]
         if method.greedy_accepts_argmax:
-            broken[f"the greedy chain does not stop at position {facts.greedy_stop}"] = m != facts.greedy_stop
+            broken[f"the greedy chain does not stop at position {greedy_stop}"] = m != greedy_stop
     else:
         broken["the emitted id has target probability 0"] = law.target_probs[m, y] == 0.0
-        if not method.accepts_any_draft and facts.zero_draft.any():
-            broken["a draft of target probability 0 is accepted"] = m > int(np.argmax(facts.zero_draft))
+        zero_draft = (ids >= 0) & (law.target_probs[np.arange(n), np.maximum(ids, 0)] == 0.0)
+        if not method.accepts_any_draft and zero_draft.any():
+            broken["a draft of target probability 0 is accepted"] = m > int(np.argmax(zero_draft))
         if method.decides_by_sampling:
-            broken[f"{method.name} sampling emits the draft it rejected"] = (m < n) & (
-                y == drafts[np.minimum(m, width - 1)]
-            )
+            rejected = drafts[np.minimum(m, width - 1)]
+            broken[f"{method.name} sampling emits the draft it rejected"] = (m < n) & (y == rejected)
     if logprobs is not None:
         lp = logprobs[:, :width]
-        broken["logprobs not NaN exactly after the emitted tokens"] = (inside & np.isnan(lp)).any(axis=1) | (
-            ~inside & ~np.isnan(lp)
-        ).any(axis=1)
+        broken["logprobs not NaN exactly after the emitted tokens"] = (inside == np.isnan(lp)).any(axis=1)
         k = np.minimum(position, n).repeat(tokens.shape[0], axis=0)
         token = np.clip(tokens, 0, vocab_size - 1)
-        ok = logprob_ok(lp, facts.laws.log_probs[k, token], facts.laws.tolerance[k, token])
+        # The log-domain target laws the logprobs follow (T = 1 for greedy rows).
+        laws = log_law(inputs.target_logits, np.full(n + 1, 1.0 if inputs.greedy else inputs.temperature))
+        ok = logprob_ok(lp, laws.log_probs[k, token], laws.tolerance[k, token])
         broken["a logprob off the target log-probability"] = (inside & ~ok).any(axis=1)
     return broken
 
 
 @dataclass(frozen=True)
 class Violations:
-    """The samples of an output that break an invariant.
-
-    Attributes:
-        count: how many samples break one.
-        first: ``(request, position, description)`` of the first of them, or ``None``.
-        descriptions: one line per violating sample (at most `limit` of them).
-    """
+    """How many samples of an output break an invariant, ``(request, position, description)`` of the
+    first of them (or ``None``), and one line per violating sample (at most `limit` of them)."""
 
     count: int
     first: tuple[int | None, int | None, str] | None

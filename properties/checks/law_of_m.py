@@ -9,17 +9,12 @@ and requests.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from specsample.properties import stats
-from specsample.properties.checks.base import (
-    Component,
-    Deviation,
-    Settings,
-    StatisticalCheck,
-    Trials,
-    largest,
-)
+from specsample.properties.checks.base import Component, Deviation, Settings, StatisticalCheck, Trials
 from specsample.reference.contract import Arithmetic, SpecBatch
 from specsample.reference.law import exact_law
 
@@ -37,16 +32,14 @@ def components(
         size = m.shape[0]
         impossible = int(np.sum((m < 0) | (m > n)))
         if impossible:
-            tests.append(
-                Component(b, None, 0.0, float(impossible), f"{impossible} trials with m outside [0, {n}]")
-            )
+            what = f"{impossible} trials with m outside [0, {n}]"
+            tests.append(Component(b, None, 0.0, float(impossible), what))
         counts = np.bincount(np.clip(m, 0, n), minlength=n + 1)
         for j in range(n + 1):
             p = float(law.stop_probs[j])
             pvalue = float(stats.binomial_pvalues(counts[j], size, p))
-            tests.append(
-                Component(b, j, pvalue, counts[j] / size, f"m={j} in {counts[j]}/{size} trials, P={p:.4g}")
-            )
+            what = f"m={j} in {counts[j]}/{size} trials, P={p:.4g}"
+            tests.append(Component(b, j, pvalue, counts[j] / size, what))
             cells.append((size, p))
         for i in range(n):
             reached = int(np.sum(m >= i))
@@ -58,7 +51,7 @@ def components(
             what = f"draft {i} accepted in {accepted}/{reached} trials, rate {a:.4g}"
             tests.append(Component(b, i, pvalue, accepted / reached, what))
     level = alpha / max(len(tests), 1)
-    detectable = largest([stats.binomial_detectable(size, p, level) for size, p in cells])
+    detectable = max([stats.binomial_detectable(size, p, level) for size, p in cells], default=math.inf)
     return tests, Deviation(detectable, "probability")
 
 

@@ -10,18 +10,13 @@ Holm's first level ``alpha / k``), the largest over requests.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import numpy.typing as npt
 
 from specsample.properties import stats
-from specsample.properties.checks.base import (
-    Component,
-    Deviation,
-    Settings,
-    StatisticalCheck,
-    Trials,
-    largest,
-)
+from specsample.properties.checks.base import Component, Deviation, Settings, StatisticalCheck, Trials
 from specsample.reference.contract import Arithmetic, SpecBatch, Variant
 from specsample.reference.law import exact_law
 
@@ -82,25 +77,19 @@ def components(
             reached = int(joint[j].sum())
             if reached == 0:
                 continue
-            fit_j = stats.GoodnessOfFit(law.token_probs[j], reached)
-            what = f"y given m={j}: G over {fit_j.num_groups} pooled cells, N={reached}"
-            tests.append(
-                Component(b, j, float(fit_j.pvalues(joint[j])), float(fit_j.statistics(joint[j])), what)
-            )
+            fit, row = stats.GoodnessOfFit(law.token_probs[j], reached), joint[j]
+            what = f"y given m={j}: G over {fit.num_groups} pooled cells, N={reached}"
+            tests.append(Component(b, j, float(fit.pvalues(row)), float(fit.statistics(row)), what))
             draft = int(law.draft_token_ids[j]) if j < n else -1
             for name, chosen in bug_shaped_sets(vocab_size, draft, block_size).items():
                 p = float(law.token_probs[j, chosen].sum())
                 hits = int(joint[j, chosen].sum())
                 pvalue = float(stats.binomial_pvalues(hits, reached, p))
-                tests.append(
-                    Component(
-                        b, j, pvalue, hits / reached, f"y in {name} given m={j}: {hits}/{reached}, P={p:.4g}"
-                    )
-                )
+                what = f"y in {name} given m={j}: {hits}/{reached}, P={p:.4g}"
+                tests.append(Component(b, j, pvalue, hits / reached, what))
     level = alpha / max(len(tests), 1)
-    detectable = largest(
-        [stats.GoodnessOfFit(j, trials.num_trials, alpha=level).detectable_tv for j in joints]
-    )
+    fits = [stats.GoodnessOfFit(j, trials.num_trials, alpha=level) for j in joints]
+    detectable = max([fit.detectable_tv for fit in fits], default=math.inf)
     return tests, Deviation(detectable, "total variation")
 
 

@@ -22,6 +22,8 @@ target law position by position.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import numpy.typing as npt
 
@@ -34,7 +36,6 @@ from specsample.properties.checks.base import (
     Trials,
     derived_rng,
     draw_trials,
-    largest,
 )
 from specsample.reference.contract import Arithmetic, SpecBatch, Variant
 from specsample.reference.law import exact_law, request_inputs
@@ -108,10 +109,8 @@ def components(
         emitted = np.clip(emitted, 0, n + 1)
         first_rows.append(law.target_probs[0])
         if joint:
-            sequence, drafts = (
-                continued(tokens, emitted, law.target_probs, rng),
-                trial_drafts(batch, trials, b),
-            )
+            sequence = continued(tokens, emitted, law.target_probs, rng)
+            drafts = trial_drafts(batch, trials, b)
         for k in range(n + 1):
             if joint:
                 reached = sequence[np.all(sequence[:, :k] == drafts[:, :k], axis=1), k]
@@ -121,18 +120,16 @@ def components(
                 continue
             inside = (reached >= 0) & (reached < vocab_size)
             if not inside.all():
-                tests.append(
-                    Component(b, k, 0.0, float(np.sum(~inside)), f"ids out of range at position {k}")
-                )
+                what = f"ids out of range at position {k}"
+                tests.append(Component(b, k, 0.0, float(np.sum(~inside)), what))
                 continue
             counts = np.bincount(reached, minlength=vocab_size)
             fit = stats.GoodnessOfFit(law.target_probs[k], reached.size)
             what = f"position {k} vs p_{k}: G over {fit.num_groups} pooled cells, N={reached.size}"
             tests.append(Component(b, k, float(fit.pvalues(counts)), float(fit.statistics(counts)), what))
     level = alpha / max(len(tests), 1)
-    detectable = largest(
-        [stats.GoodnessOfFit(p, trials.num_trials, alpha=level).detectable_tv for p in first_rows]
-    )
+    fits = [stats.GoodnessOfFit(p, trials.num_trials, alpha=level) for p in first_rows]
+    detectable = max([fit.detectable_tv for fit in fits], default=math.inf)
     return tests, Deviation(detectable, "total variation")
 
 

@@ -22,7 +22,7 @@ POISON: tuple[dict[str, Any], dict[str, Any]] = (
     {"int": 0x5A5A5A5A, "float": float("nan"), "bool": True},
     {"int": 7, "float": 0.5, "bool": False},
 )
-_ALLOCATORS = ("empty", "empty_like", "empty_strided")
+_ALLOCATORS = ((torch, "empty"), (torch, "empty_like"), (torch, "empty_strided"), (torch.Tensor, "new_empty"))
 
 
 def _fill(tensor: torch.Tensor, pattern: dict[str, Any]) -> torch.Tensor:
@@ -60,8 +60,7 @@ def active_pattern() -> int:
 def poisoned(which: int) -> Iterator[None]:
     """Within the block, memory from ``torch.empty`` and its kin comes filled with `POISON[which]`."""
     pattern = POISON[which]
-    originals: dict[str, Callable[..., torch.Tensor]] = {name: getattr(torch, name) for name in _ALLOCATORS}
-    new_empty = torch.Tensor.new_empty
+    originals = [getattr(owner, name) for owner, name in _ALLOCATORS]
 
     def wrap(allocate: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
         def poisoned_allocate(*args: Any, **kwargs: Any) -> torch.Tensor:
@@ -70,11 +69,9 @@ def poisoned(which: int) -> Iterator[None]:
         return poisoned_allocate
 
     try:
-        for name, allocate in originals.items():
-            setattr(torch, name, wrap(allocate))
-        torch.Tensor.new_empty = wrap(new_empty)  # type: ignore[method-assign]
+        for (owner, name), allocate in zip(_ALLOCATORS, originals, strict=True):
+            setattr(owner, name, wrap(allocate))
         yield
     finally:
-        for name, allocate in originals.items():
-            setattr(torch, name, allocate)
-        torch.Tensor.new_empty = new_empty  # type: ignore[method-assign]
+        for (owner, name), allocate in zip(_ALLOCATORS, originals, strict=True):
+            setattr(owner, name, allocate)
