@@ -55,11 +55,6 @@ def bf16(logits: np.ndarray) -> np.ndarray:
     return torch.as_tensor(logits, dtype=torch.float32).to(torch.bfloat16).double().numpy()
 
 
-def joint(stop: np.ndarray, tokens: np.ndarray) -> np.ndarray:
-    """``[n + 1, V]`` ``P(m = j, y)``."""
-    return stop[:, None] * tokens
-
-
 def measure(
     family: str, temperature: float, offset: float, noise: float, requests: int, vocab: int, n: int, seed: int
 ) -> tuple[float, float, float, float]:
@@ -74,7 +69,8 @@ def measure(
         for stored in (draft, bf16(draft)):
             batch = make_batch([RequestData(target, ids, stored, temperature)], method="probabilistic")
             laws.append(exact_law(batch)[0])
-        a, b = (joint(law.stop_probs, law.token_probs) for law in laws)
+        # The joint law P(m = j, y), [n + 1, V].
+        a, b = (law.stop_probs[:, None] * law.token_probs for law in laws)
         tvs.append(0.5 * float(np.abs(a - b).sum()))
         accepted += [float(np.dot(np.arange(n + 1), law.stop_probs)) for law in laws]
     return float(np.mean(tvs)), float(np.max(tvs)), accepted[0] / requests, accepted[1] / requests

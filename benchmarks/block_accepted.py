@@ -73,9 +73,8 @@ def row(what: str, requests: int, block: np.ndarray, token: np.ndarray) -> str:
 
 
 def grid_rows(shapes: list[str], temperature: float, draws: int, rng: np.random.Generator) -> list[str]:
-    """Rows for the grid's inputs at each shape ``BxNxV``: with the grid's drafts (the argmax of each
-    draft row) verified against ``q`` as the grid does, and against ``onehot(d)`` (what a greedy drafter
-    declares); and with ``draws`` draft sequences per request drawn from ``q``."""
+    """Rows for the grid's inputs at each shape ``BxNxV``, the three ways the module docstring lists
+    (``draws`` sequences per request drawn from ``q``)."""
     rows = []
     for shape in shapes:
         b, n, v = (int(x) for x in shape.split("x"))

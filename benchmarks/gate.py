@@ -69,14 +69,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"no baseline for this GPU at {baseline}; record one with --save")
             return 2
         else:
-            command = pytest_command(
-                [
-                    f"--benchmark-compare={baseline}",
-                    f"--benchmark-compare-fail=median:{args.margin}%",
-                    f"--benchmark-json={run_json}",
-                    *args.pytest_args,
-                ]
-            )
+            compare = [f"--benchmark-compare={baseline}", f"--benchmark-compare-fail=median:{args.margin}%"]
+            command = pytest_command([*compare, f"--benchmark-json={run_json}", *args.pytest_args])
         print("$", " ".join(command), flush=True)
         status = subprocess.call(command, cwd=REPO_ROOT)
         if not args.save and run_json.exists():

@@ -27,7 +27,10 @@ from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 
-from specsample.benchmarks.grid import GATE_CASES, SMOKE_CASES, Case, full_grid
+import torch
+
+from specsample.benchmarks.grid import GATE_CASES, SMOKE_CASES, Case, full_grid, make_inputs
+from specsample.kernels import registry
 
 COMPILE_BATCH = 16
 GRIDS = {"gate": GATE_CASES, "full": None, "smoke": SMOKE_CASES}
@@ -39,11 +42,6 @@ def compile_equivalent(case: Case) -> Case:
 
 
 def _warm(cases: Sequence[Case], variant_name: str) -> int:
-    import torch
-
-    from specsample.benchmarks.grid import make_inputs
-    from specsample.kernels import registry
-
     variant = registry.get(variant_name)
     for case in cases:
         variant(make_inputs(case, "cuda"))

@@ -16,12 +16,12 @@ import json
 import math
 import statistics
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specsample.benchmarks.grid import CALL_LATENCY_CASE
+from specsample.benchmarks.grid import CALL_LATENCY_CASE, Case
 
 OURS = "triton"
 PYTORCH = "torch"
@@ -58,16 +58,9 @@ ENGINE_RATIO = 0.75
 
 @dataclass(frozen=True)
 class Record:
-    """One benchmark of one run.
-
-    Attributes:
-        fullname: the pytest node id, the key pytest-benchmark compares by.
-        test: ``test_gpu_time``, ``test_call_latency`` or ``test_graph_call_latency``.
-        median_s: the median time per call, in seconds.
-        rounds: the number of timed rounds.
-        iqr_s: the interquartile range of the rounds, in seconds.
-        info: the record's ``extra_info`` (case fields, bytes, floor, ...).
-    """
+    """One benchmark of one run: ``fullname`` is the pytest node id (pytest-benchmark compares by it),
+    ``test`` the test's name (``test_gpu_time``, ...), times are in seconds, ``info`` is the record's
+    ``extra_info`` (case fields, bytes, floor, ...)."""
 
     fullname: str
     test: str
@@ -82,9 +75,10 @@ class Record:
         return str(self.info.get("variant", ""))
 
     @property
-    def case_key(self) -> tuple[Any, ...]:
-        """The case's parameters, which pair a variant's record with another's."""
-        return (self.test, *(self.info.get(name) for name in CASE_FIELDS))
+    def case(self) -> Case:
+        """The case's parameters (``None`` where ``info`` lacks one): they pair a variant's record with
+        another's."""
+        return Case(**{name: self.info.get(name) for name in CASE_FIELDS})
 
 
 @dataclass(frozen=True)
@@ -118,10 +112,10 @@ def _us(seconds: float | None) -> str:
     return "" if seconds is None else f"{seconds * 1e6:.1f}"
 
 
-def _paired(records: Iterable[Record]) -> dict[tuple[Any, ...], dict[str, Record]]:
-    pairs: dict[tuple[Any, ...], dict[str, Record]] = {}
+def _paired(records: Iterable[Record]) -> dict[tuple[str, Case], dict[str, Record]]:
+    pairs: dict[tuple[str, Case], dict[str, Record]] = {}
     for record in records:
-        pairs.setdefault(record.case_key, {})[record.variant] = record
+        pairs.setdefault((record.test, record.case), {})[record.variant] = record
     return pairs
 
 
@@ -133,8 +127,7 @@ def results_table(records: Sequence[Record]) -> str:
         "|---|---|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for variants in _paired(r for r in records if r.test == "test_gpu_time").values():
-        ours = variants.get(OURS)
-        torch_record = variants.get(PYTORCH)
+        ours, torch_record = variants.get(OURS), variants.get(PYTORCH)
         reference = ours or torch_record
         if reference is None:
             continue
@@ -188,103 +181,74 @@ class TargetResult:
     met: bool
 
 
-def _ours(records: Sequence[Record], test: str = "test_gpu_time") -> list[Record]:
-    return [r for r in records if r.variant == OURS and r.test == test and "floor_ratio" in r.info]
-
-
-def _find(records: Sequence[Record], **fields: Any) -> Record | None:
-    for record in records:
-        if all(record.info.get(name) == value for name, value in fields.items()):
-            return record
-    return None
+def _find(records: Iterable[Record], case: Case) -> Record | None:
+    return next((record for record in records if record.case == case), None)
 
 
 def check_targets(records: Sequence[Record], h200: bool = False) -> list[TargetResult]:
     """Evaluate the latency targets on the records present (a target with no record is left out);
     ``h200``: also compare with the engine kernel's H200 figures (`ENGINE_H200_US`)."""
-    ours = _ours(records)
-    results = []
-    headline = _find(
-        ours, method="probabilistic", dtype="fp32", layout="flat", temperature=1.0, batch=64, num_drafts=4,
-        vocab=128256,
-    )  # fmt: skip
+    return list(_targets(records, h200))
+
+
+def _targets(records: Sequence[Record], h200: bool) -> Iterator[TargetResult]:
+    ours = [r for r in records if r.variant == OURS and r.test == "test_gpu_time" and "floor_ratio" in r.info]
+    headline = _find(ours, Case("probabilistic", "fp32", "flat", 1.0, 64, 4, 128256))
     if headline:
         ratio = headline.info["floor_ratio"]
-        results.append(
-            TargetResult(
-                "probabilistic B=64 n=4 V=128256 fp32: <= 1.25x the floor",
-                f"{ratio:.2f}x ({_us(headline.median_s)} us, floor {headline.info['floor_us']:.1f} us)",
-                ratio <= 1.25,
-            )
+        yield TargetResult(
+            "probabilistic B=64 n=4 V=128256 fp32: <= 1.25x the floor",
+            f"{ratio:.2f}x ({_us(headline.median_s)} us, floor {headline.info['floor_us']:.1f} us)",
+            ratio <= 1.25,
         )
     for dtype, limit in (("fp32", 1.3), ("bf16", 1.35)):
         large = [r for r in ours if r.info["batch"] >= 64 and r.info["dtype"] == dtype]
         if large:
             worst = max(large, key=lambda r: r.info["floor_ratio"])
             over = sum(r.info["floor_ratio"] > limit for r in large)
-            results.append(
-                TargetResult(
-                    f"B >= 64, {dtype}: <= {limit}x the floor everywhere",
-                    f"worst {worst.info['floor_ratio']:.2f}x at {_case_label(worst)}; "
-                    f"{over} of {len(large)} cases over",
-                    over == 0,
-                )
+            yield TargetResult(
+                f"B >= 64, {dtype}: <= {limit}x the floor everywhere",
+                f"worst {worst.info['floor_ratio']:.2f}x at {_case_label(worst)}; "
+                f"{over} of {len(large)} cases over",
+                over == 0,
             )
-    small_case = dataclasses.asdict(CALL_LATENCY_CASE)
     for test, (limit, how) in SMALL_BATCH_TARGETS.items():
-        found = _find([r for r in records if r.test == test and r.variant == OURS], **small_case)
+        found = _find([r for r in records if r.test == test and r.variant == OURS], CALL_LATENCY_CASE)
         if found:
-            results.append(
-                TargetResult(
-                    f"B=1 n=4 V=128256: <= {limit * 1e6:g} us ({how})", f"{_us(found.median_s)} us",
-                    found.median_s <= limit,
-                )
+            yield TargetResult(
+                f"B=1 n=4 V=128256: <= {limit * 1e6:g} us ({how})", f"{_us(found.median_s)} us",
+                found.median_s <= limit,
             )  # fmt: skip
     if h200:
         for (dtype, temperature, batch, num_drafts, vocab), engine_us in ENGINE_H200_US.items():
-            shape = dict(
-                dtype=dtype, temperature=temperature, batch=batch, num_drafts=num_drafts, vocab=vocab
-            )
-            record = _find(ours, method="probabilistic", layout="flat", **shape)
+            record = _find(ours, Case("probabilistic", dtype, "flat", temperature, batch, num_drafts, vocab))
             if record:
                 limit = ENGINE_RATIO * engine_us
-                results.append(
-                    TargetResult(
-                        f"{_case_label(record)}: <= {ENGINE_RATIO}x vLLM MRV2's {engine_us} us ({limit:.1f})",
-                        f"{_us(record.median_s)} us ({record.median_s * 1e6 / engine_us:.2f}x)",
-                        record.median_s * 1e6 <= limit,
-                    )
+                yield TargetResult(
+                    f"{_case_label(record)}: <= {ENGINE_RATIO}x vLLM MRV2's {engine_us} us ({limit:.1f})",
+                    f"{_us(record.median_s)} us ({record.median_s * 1e6 / engine_us:.2f}x)",
+                    record.median_s * 1e6 <= limit,
                 )
     kinds = (
         ("greedy (T=0, probabilistic and strict)", lambda m, t: t == 0 and m in ("probabilistic", "strict")),
         ("strict (T=1)", lambda m, t: t > 0 and m == "strict"),
     )
     for label, selected in kinds:
-        slower = []
-        compared = 0
+        ratios = []
         for record in ours:
-            if not selected(record.info["method"], record.info["temperature"]):
-                continue
-            fields = {
-                name: record.info[name] for name in CASE_FIELDS if name not in ("method", "temperature")
-            }
-            probabilistic = _find(ours, method="probabilistic", temperature=1.0, **fields)
-            if probabilistic is None:
-                continue
-            compared += 1
-            ratio = record.median_s / probabilistic.median_s
-            if ratio > 1 + SAME_TIME_TOLERANCE:
-                slower.append((ratio, _case_label(record)))
-        if compared:
+            if selected(record.info["method"], record.info["temperature"]):
+                same_shape = dataclasses.replace(record.case, method="probabilistic", temperature=1.0)
+                probabilistic = _find(ours, same_shape)
+                if probabilistic:
+                    ratios.append((record.median_s / probabilistic.median_s, _case_label(record)))
+        slower = [(ratio, name) for ratio, name in ratios if ratio > 1 + SAME_TIME_TOLERANCE]
+        if ratios:
             worst = "; ".join(f"{name} {ratio:.2f}x" for ratio, name in sorted(slower, reverse=True)[:3])
-            results.append(
-                TargetResult(
-                    f"{label} never slower than probabilistic T=1 at the same shape",
-                    f"{len(slower)} of {compared} slower" + (f"; worst: {worst}" if slower else ""),
-                    not slower,
-                )
+            yield TargetResult(
+                f"{label} never slower than probabilistic T=1 at the same shape",
+                f"{len(slower)} of {len(ratios)} slower" + (f"; worst: {worst}" if slower else ""),
+                not slower,
             )
-    return results
 
 
 def _case_label(record: Record) -> str:
@@ -372,15 +336,10 @@ def plot_roofline(runs: Sequence[Run], path: str | Path) -> None:
     for (variant, dtype), (color, marker) in styles.items():
         chosen = [r for r in records if r.variant == variant and r.info["dtype"] == dtype]
         if chosen:
-            axes.scatter(
-                [r.info["bytes"] for r in chosen],
-                [r.info["bytes"] / r.median_s / 1e9 for r in chosen],
-                s=14,
-                c=color,
-                marker=marker,
-                alpha=0.7,
-                label=f"{variant} {dtype} ({len(chosen)})",
-            )
+            moved = [r.info["bytes"] for r in chosen]
+            bandwidth = [r.info["bytes"] / r.median_s / 1e9 for r in chosen]
+            label = f"{variant} {dtype} ({len(chosen)})"
+            axes.scatter(moved, bandwidth, s=14, c=color, marker=marker, alpha=0.7, label=label)
     if ceilings:
         axes.axhline(ceilings["copy_bytes_per_s"] / 1e9, color="k", label="copy ceiling (read + written)")
         axes.axhline(ceilings["read_bytes_per_s"] / 1e9, color="k", ls="--", label="read-only ceiling")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import pytest
@@ -17,39 +18,29 @@ from specsample.reference.contract import SpecBatch, Variant
 
 @dataclasses.dataclass
 class BenchSession:
-    """What the benchmarks of one session share: device, ceilings, timer, inputs and variants.
-
-    Inputs for one ``(dtype, batch, drafts, vocab, layout)`` are built once and kept until a case
-    needs other logits, so the variants of a case, and the methods and temperatures that share its
-    logits, run on the same tensors.
-    """
+    """What the benchmarks of one session share. Inputs for one ``(dtype, batch, drafts, vocab, layout)``
+    are built once and kept until a case needs other logits, so the variants of a case, and the methods
+    and temperatures that share its logits, run on the same tensors."""
 
     device: torch.device
     grid: str
-    _ceilings: Ceilings | None = None
-    _timer: ColdCallTimer | None = None
-    _inputs_key: tuple[Any, ...] | None = None
-    _inputs: SpecBatch | None = None
+    _inputs: tuple[tuple[Any, ...], SpecBatch] | None = None  # (key, batch) of the last case
     _variants: dict[str, Variant] = dataclasses.field(default_factory=dict)
 
-    @property
+    @functools.cached_property
     def ceilings(self) -> Ceilings:
         """The copy and read bandwidths of this GPU, measured on first use."""
-        if self._ceilings is None:
-            self._ceilings = measure_ceilings(self.device)
-        return self._ceilings
+        return measure_ceilings(self.device)
 
     @property
     def measured_ceilings(self) -> Ceilings | None:
         """The ceilings if a benchmark has measured them, else ``None`` (never measures)."""
-        return self._ceilings
+        return self.__dict__.get("ceilings")
 
-    @property
+    @functools.cached_property
     def timer(self) -> ColdCallTimer:
         """The cold-L2 call timer (it holds the flush buffer)."""
-        if self._timer is None:
-            self._timer = ColdCallTimer(self.device)
-        return self._timer
+        return ColdCallTimer(self.device)
 
     def variant(self, name: str) -> Variant:
         """The registered variant ``name`` (with the planted slowdown if asked for), or a skip."""
@@ -62,8 +53,7 @@ class BenchSession:
     def inputs(self, case: Case) -> SpecBatch:
         """The batch of ``case``, sharing logits with the previous case when they agree."""
         key = (case.dtype, case.batch, case.num_drafts, case.vocab, case.layout)
-        if key != self._inputs_key or self._inputs is None:
-            self._inputs = None
-            self._inputs = make_inputs(case, self.device)
-            self._inputs_key = key
-        return specialise(self._inputs, case)
+        if self._inputs is None or self._inputs[0] != key:
+            self._inputs = None  # frees the previous logits before the next are allocated
+            self._inputs = (key, make_inputs(case, self.device))
+        return specialise(self._inputs[1], case)

@@ -21,6 +21,7 @@ session; the floor of a benchmark is its bytes over the copy bandwidth (see `Cei
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 import subprocess
@@ -81,12 +82,7 @@ EVENT_CLOCK = EventClock()
 
 
 class ColdCallTimer:
-    """Times single calls on a CUDA device with a cold L2.
-
-    Args:
-        device: the CUDA device.
-        clock: the clock `timed_call` advances.
-    """
+    """Times single calls on the CUDA ``device`` with a cold L2; `timed_call` advances ``clock``."""
 
     def __init__(self, device: torch.device, clock: EventClock = EVENT_CLOCK) -> None:
         l2_bytes = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0))
@@ -97,7 +93,6 @@ class ColdCallTimer:
         self.end = torch.cuda.Event(enable_timing=True)
         self.dispatch_seconds: list[float] = []
         self.hold_seconds = 0.0
-        self._spin_cycles_per_second: float | None = None
 
     def flush(self) -> None:
         """Evict the L2 by overwriting the flush buffer (enqueued, not waited for)."""
@@ -112,18 +107,17 @@ class ColdCallTimer:
         """Flush the L2, then keep the GPU busy for `hold_seconds` (both enqueued, not waited for)."""
         self.flush()
         if self.hold_seconds > 0:
-            torch.cuda._sleep(int(self.hold_seconds * self.spin_cycles_per_second()))
+            torch.cuda._sleep(int(self.hold_seconds * self.spin_cycles_per_second))
 
+    @functools.cached_property
     def spin_cycles_per_second(self) -> float:
         """The rate of the spin kernel's clock, measured once."""
-        if self._spin_cycles_per_second is None:
-            torch.cuda._sleep(SPIN_CALIBRATION_CYCLES)
-            self.start.record()
-            torch.cuda._sleep(SPIN_CALIBRATION_CYCLES)
-            self.end.record()
-            self.end.synchronize()
-            self._spin_cycles_per_second = SPIN_CALIBRATION_CYCLES / (self.start.elapsed_time(self.end) / 1e3)
-        return self._spin_cycles_per_second
+        torch.cuda._sleep(SPIN_CALIBRATION_CYCLES)
+        self.start.record()
+        torch.cuda._sleep(SPIN_CALIBRATION_CYCLES)
+        self.end.record()
+        self.end.synchronize()
+        return SPIN_CALIBRATION_CYCLES / (self.start.elapsed_time(self.end) / 1e3)
 
     def flush_and_wait(self) -> None:
         """Evict the L2 and wait until the device is idle."""
@@ -146,11 +140,8 @@ class ColdCallTimer:
         return result
 
     def probe(self, fn: Callable[..., Any], *args: Any) -> tuple[float, float, Any]:
-        """One cold call of ``fn(*args)`` outside pytest-benchmark, with the current hold.
-
-        Returns:
-            The GPU time and the host dispatch time in seconds, and the call's result.
-        """
+        """One cold call of ``fn(*args)`` outside pytest-benchmark, with the current hold: its GPU time
+        and host dispatch time in seconds, and its result."""
         self.prepare_round()
         before = self.clock.seconds
         result = self.timed_call(fn, *args)
@@ -235,14 +226,9 @@ def gpu_description(device: torch.device) -> dict[str, Any]:
 
 def driver_version() -> str:
     """The NVIDIA driver version as nvidia-smi reports it, or ``"unknown"``."""
+    query = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
     try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=True,
-        )
+        out = subprocess.run(query, capture_output=True, text=True, timeout=30, check=True)
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return out.stdout.strip().splitlines()[0] if out.stdout.strip() else "unknown"

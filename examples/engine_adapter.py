@@ -62,9 +62,9 @@ def engine_rejection_sample(
 
 
 def _probs(logits: torch.Tensor, temperature: torch.Tensor) -> torch.Tensor:
-    """``softmax(logits / T)`` per request; greedy requests get their argmax."""
+    """``softmax(logits / T)`` of one request's rows; a greedy request (``T = 0``) gets its argmax."""
     clean = torch.nan_to_num(logits.double(), nan=-torch.inf)
-    t = temperature.double().reshape(-1, *([1] * (logits.dim() - 1)))
+    t = temperature.double()
     probs = torch.softmax((clean - clean.amax(-1, keepdim=True)) / torch.where(t > 0, t, 1.0), dim=-1)
     greedy = torch.nn.functional.one_hot(clean.argmax(-1), logits.shape[-1]).double()
     return torch.where(t == 0, greedy, probs)
@@ -90,19 +90,17 @@ class EngineAdapter:
         starts = batch.cu_num_drafts.tolist()
         ids = torch.full((len(counts), width), -1, dtype=torch.int64)
         target = torch.zeros(len(counts), width + 1, batch.vocab_size, dtype=torch.float64)
-        draft = (
-            None
-            if batch.draft_logits is None
-            else torch.zeros(len(counts), width, batch.vocab_size, dtype=torch.float64)
-        )
+        draft: torch.Tensor | None = None
+        if batch.draft_logits is not None:
+            draft = torch.zeros(len(counts), width, batch.vocab_size, dtype=torch.float64)
         for b, n in enumerate(counts):
-            ids[b, :n] = batch.draft_token_ids[starts[b] : starts[b] + n].clamp(-1, batch.vocab_size)
-            ids[b, :n] = torch.where(ids[b, :n] >= batch.vocab_size, -1, ids[b, :n])
-            rows = batch.target_logits[starts[b] + b : starts[b] + b + n + 1]
-            target[b, : n + 1] = _probs(rows.unsqueeze(0), batch.temperature[b : b + 1])[0]
+            first, temperature = starts[b], batch.temperature[b]
+            drafts = batch.draft_token_ids[first : first + n]
+            # Drafts outside [-1, V) become placeholders.
+            ids[b, :n] = torch.where(drafts < batch.vocab_size, drafts.clamp(min=-1), -1)
+            target[b, : n + 1] = _probs(batch.target_logits[first + b : first + b + n + 1], temperature)
             if draft is not None and batch.draft_logits is not None:
-                rows = batch.draft_logits[starts[b] : starts[b] + n]
-                draft[b, :n] = _probs(rows.unsqueeze(0), batch.temperature[b : b + 1])[0]
+                draft[b, :n] = _probs(batch.draft_logits[first : first + n], temperature)
         generators = [
             torch.Generator().manual_seed((int(s) * 1_000_003 + int(t)) % (2**63))
             for s, t in zip(batch.seed.tolist(), batch.step.tolist(), strict=True)

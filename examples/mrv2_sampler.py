@@ -56,9 +56,9 @@ def _log_softmax_stats(row_ptr, vocab_size, inv_t, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _log_prob(row_ptr, token, top, log_total, inv_t):
-    """``log softmax(x / T)`` at ``token``."""
-    x = tl.load(row_ptr + token).to(tl.float32)
+def _log_prob(x, top, log_total, inv_t):
+    """``log softmax(x / T)`` of logits ``x`` of the row of `_log_softmax_stats`; NaN reads as ``-inf``."""
+    x = x.to(tl.float32)
     x = tl.where(x == x, x, NEG_INF)
     return tl.where(x == top, 0.0, (x - top) * inv_t) - log_total
 
@@ -81,17 +81,14 @@ def _gumbel_max(target_ptr, draft_ptr, token, residual, row_hash, vocab_size, in
     while start < vocab_size:
         tokens = start + lanes
         inside = tokens < vocab_size
-        x = tl.load(target_ptr + tokens, mask=inside, other=NEG_INF).to(tl.float32)
-        x = tl.where(x == x, x, NEG_INF)
-        log_p = tl.where(x == top, 0.0, (x - top) * inv_t) - log_total
+        log_p = _log_prob(tl.load(target_ptr + tokens, mask=inside, other=NEG_INF), top, log_total, inv_t)
         u = tl.maximum(tl.rand(row_hash, tokens), RAND_MIN).to(tl.float64)
         gumbel = -tl.log(-tl.log(1.0 - u))
         has_mass = inside & (log_p > NEG_INF) & (tokens != token)
         log_w = log_p
         if HAS_DRAFT:
-            y = tl.load(draft_ptr + tokens, mask=inside & residual, other=NEG_INF).to(tl.float32)
-            y = tl.where(y == y, y, NEG_INF)
-            log_q = tl.where(y == draft_top, 0.0, (y - draft_top) * inv_t) - draft_log_total
+            y = tl.load(draft_ptr + tokens, mask=inside & residual, other=NEG_INF)
+            log_q = _log_prob(y, draft_top, draft_log_total, inv_t)
             # (p - q)+ = p (1 - q / p) where p > q.
             fraction = 1.0 - tl.exp(log_q - log_p)
             positive = inside & (log_p > log_q) & (fraction > 0.0)
@@ -147,7 +144,7 @@ def mrv2_kernel(target_ptr, draft_ptr, ids_ptr, cu_ptr, temperature_ptr, seed_pt
         token = tl.load(ids_ptr + start + i, mask=i < n, other=-1)
         real = (i < n) & (token >= 0) & (token < vocab_size)
         safe = tl.where(real, token, 0)
-        log_p = _log_prob(target_row, safe, top, log_total, inv_t)
+        log_p = _log_prob(tl.load(target_row + safe), top, log_total, inv_t)
         draft_top = tl.full([], 0.0, tl.float32)
         draft_log_total = tl.full([], 0.0, tl.float32)
         log_q = tl.full([], 0.0, tl.float32)
@@ -155,7 +152,7 @@ def mrv2_kernel(target_ptr, draft_ptr, ids_ptr, cu_ptr, temperature_ptr, seed_pt
         if HAS_DRAFT:  # noqa: SIM102
             if real:
                 draft_top, draft_log_total, _ = _log_softmax_stats(draft_row, vocab_size, inv_t, BLOCK)
-                log_q = _log_prob(draft_row, safe, draft_top, draft_log_total, inv_t)
+                log_q = _log_prob(tl.load(draft_row + safe), draft_top, draft_log_total, inv_t)
         u = tl.maximum(tl.rand(seed, first + i), RAND_MIN)
         accept = tl.where(greedy, real & (token == argmax), real & (log_p > tl.log(u) + log_q))
         if accept:
