@@ -24,6 +24,8 @@ CASES = (
     Case("probabilistic", "bf16", "slotted", 1.0, 3, 2, 4097),
     Case("strict", "fp32", "flat", 1.0, 4, 4, 32000),
     Case("synthetic", "fp32", "flat", 1.0, 4, 4, 32000),
+    Case("block", "fp32", "flat", 1.0, 4, 4, 32000),
+    Case("block", "bf16", "slotted", 1.0, 3, 2, 4097),
     Case("probabilistic", "fp32", "flat", 0.0, 4, 4, 32000),
     Case("probabilistic", "fp32", "flat", 1.0, 1, 4, 128256),
 )
