@@ -1004,7 +1004,7 @@ def decide_kernel(
     # The compile-time tests stand apart so the branches are compiled only for block verification.
     if METHOD == BLOCK:  # noqa: SIM102
         if sampled:
-            kept = 0
+            kept = tl.zeros_like(num_drafts)
             chunk = 0
             while chunk < num_drafts:
                 index = chunk + 1 + lanes
