@@ -1,9 +1,4 @@
-"""What checking costs: the campaign's cost model, and a sampler's throughput for certify.
-
-`CostModel` learns, from the runs of a campaign, what checking a batch costs at a number of trials
-and sizes the next screen or confirmation stage to the time left. `affordable_samples` measures a
-sampler's throughput after its first (compiling) call, for certify's trials per request.
-"""
+"""What checking costs: the campaign's cost model (`CostModel`), and a sampler's throughput for certify."""
 
 from __future__ import annotations
 
@@ -48,9 +43,7 @@ class CostModel:
 
     def coefficients(self) -> tuple[float, float]:
         """``(a, b)``, fitted to the runs (per unit of work, and per trial and unit of work)."""
-        work = np.array([r[0] for r in self.runs])
-        trials = np.array([r[1] for r in self.runs])
-        seconds = np.array([r[2] for r in self.runs])
+        work, trials, seconds = np.array(self.runs, dtype=float).reshape(-1, 3).T
         design = np.stack([work, work * trials], axis=1)
         if len(self.runs) >= 2 and np.ptp(trials) > 0:
             (a, b), *_ = np.linalg.lstsq(design, seconds, rcond=None)
@@ -80,12 +73,8 @@ class CostModel:
 
 @dataclass(frozen=True)
 class Throughput:
-    """What a sampler costs per trial, measured after its first (compiling) call.
-
-    Attributes:
-        seconds_per_trial: sampler time per trial of every batch together.
-        trials: the trials per request that fit the budget, at most the ones wanted.
-    """
+    """What a sampler costs per trial of every batch together, measured after its first (compiling) call,
+    and the trials per request that fit the budget (at most the ones wanted)."""
 
     seconds_per_trial: float
     trials: int

@@ -25,7 +25,7 @@ import contextlib
 import hashlib
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -51,8 +51,7 @@ from specsample.properties import profiles, strategies
 from specsample.properties.batching import on_device
 from specsample.properties.checks import CHECKS, Verdict, discrepancy, run_checks
 from specsample.properties.checks.base import EnvironmentProblem
-from specsample.properties.profiles import Profile
-from specsample.reference.contract import METHODS, Capabilities, SpecBatch, Variant, capabilities
+from specsample.reference.contract import METHODS, SpecBatch, Variant, capabilities
 
 
 @dataclass
@@ -60,7 +59,6 @@ class CampaignResult:
     """What a campaign saw: cases checked, screens and confirmations, the failure if any, coverage.
 
     Attributes:
-        variant: the variant spec.
         screen_trials: the trials per request of each screen (fewer for larger batches), one entry
             per batch checked (targeted cases and search batches alike).
         confirmations: confirmation stages run on suspicious batches (fresh trials, level
@@ -72,13 +70,9 @@ class CampaignResult:
             profile's power in the time left.
         samples: variant outputs drawn.
         best_discrepancy: the largest `properties.checks.discrepancy` of a checked batch.
-        seconds: the campaign's wall time.
         found_after: seconds from the start until the failure was found (before shrinking).
-        failure: the failing verdict, ``None`` when nothing failed.
-        case: where the failure was found.
-        reproducer: the reproducer written for it.
+        case: where the failure was found; ``reproducer`` the file written for it.
         verdicts: every full-power verdict.
-        coverage: what the searched batches covered.
     """
 
     variant: str
@@ -104,25 +98,23 @@ class CampaignResult:
         """Batches checked: each was screened, targeted cases and search batches alike."""
         return len(self.screen_trials)
 
-    cases = screened
-
-    @property
-    def passed(self) -> bool:
-        """Whether no check failed."""
-        return self.failure is None
-
     @property
     def status(self) -> str:
         """``"fail"`` when a check failed, else ``"inconclusive"`` when one lacked power, else ``"pass"``."""
         return "fail" if self.failure else "inconclusive" if self.checks_inconclusive else "pass"
 
+    def _trial_range(self) -> dict[str, int]:
+        """The fewest, median and most trials per request of the screens (0 before any)."""
+        trials = self.screen_trials or [0]
+        return {"min": min(trials), "median": int(np.median(trials)), "max": max(trials)}
+
     def describe(self) -> str:
         """One line: what ran, how fast, and the false-failure bound of the confirmations."""
         minutes = max(self.found_after or self.seconds, 1e-9) / 60  # the search's pace, not the shrinking
-        trials = self.screen_trials or [0]
+        trials = self._trial_range()
         return (
-            f"{self.cases} cases ({self.screened} batches screened at {min(trials)} to {max(trials)} "
-            f"trials per request, median {int(np.median(trials))}, "
+            f"{self.screened} cases ({self.screened} batches screened at {trials['min']} to {trials['max']} "
+            f"trials per request, median {trials['median']}, "
             f"{self.screened / minutes:.0f} per minute; {self.confirmations} confirmation stages on fresh "
             f"trials, false-failure rate <= {max(self.confirmations, 1) * self.alpha:.2g}; {self.skipped} "
             f"skipped for time), {self.checks_passed} checks passed at full power, "
@@ -146,13 +138,9 @@ class CampaignResult:
         return {
             "variant": self.variant,
             "status": self.status,
-            "cases": self.cases,
+            "cases": self.screened,
             "screened": self.screened,
-            "screen_trials": {
-                "min": min(self.screen_trials, default=0),
-                "median": int(np.median(self.screen_trials)) if self.screen_trials else 0,
-                "max": max(self.screen_trials, default=0),
-            },
+            "screen_trials": self._trial_range(),
             "confirmations": self.confirmations,
             "skipped": self.skipped,
             "unconfirmed": self.unconfirmed,
@@ -210,7 +198,7 @@ def _show(bar: Progress, result: CampaignResult, start: float) -> None:
     elapsed = time.monotonic() - start
     bar.advance_to(
         elapsed,
-        cases=result.cases,
+        cases=result.screened,
         per_min=f"{result.screened / max(elapsed / 60, 1e-9):.0f}",
         confirmed=result.confirmations,
         inconclusive=result.checks_inconclusive,
@@ -297,16 +285,10 @@ def run_campaign(
 ) -> CampaignResult:
     """Fuzz ``variant`` until a check fails, the time budget runs out, or ``rounds`` search rounds ran.
 
-    Every batch is screened, the targeted cases first (with up to ``num_samples``, default the
-    profile's, trials per request, as `TARGETED_SHARE` of the budget allows), then the search's
-    (with up to the profile's ``screen_trials``). A batch that looks suspicious (a
-    Bonferroni-adjusted p-value below `SCREEN_LEVEL`) is confirmed on fresh trials, in stages up to
-    ``num_samples``: a statistical failure is only ever reported from a confirmation stage, so each
-    stage can fail a correct sampler with probability at most ``alpha``; an exact check's failure
-    is reported at once. Trials are sized against the time left (`CostModel`) and calls against the
-    device's free memory; the campaign ends within its budget plus `GRACE` of it, or one screen
-    past it. Batches lie inside the variant's declared capabilities. A suspicious batch that could
-    not be confirmed at the profile's power in the time left is counted inconclusive.
+    The targeted cases are screened first with up to ``num_samples`` (default: the profile's) trials
+    per request, as `TARGETED_SHARE` of the budget allows, then the search's batches with up to the
+    profile's ``screen_trials``; suspicious ones are confirmed in stages up to ``num_samples``.
+    Batches lie inside the variant's declared capabilities.
     """
     caps = capabilities(variant)
     methods = tuple(m for m in (methods or METHODS) if m in caps.methods)
@@ -317,13 +299,12 @@ def run_campaign(
     start = time.monotonic()
     seconds = budget.fuzz_seconds if seconds is None else seconds
     deadline = start + seconds
-    grace = GRACE * seconds if math.isfinite(seconds) else 0.0
+    overtime = deadline + (GRACE * seconds if math.isfinite(seconds) else 0.0)  # to confirm, to shrink
     cost = CostModel()
     # A screen gets about this much time: a large batch is screened with fewer trials than a small
     # one, so that the search sees many batches (at least `SCREENS_PER_BUDGET` when they are large).
     screen_seconds = max(MIN_SCREEN_SECONDS, seconds / SCREENS_PER_BUDGET)
-    result = CampaignResult(variant=spec, alpha=budget.alpha)
-    result.coverage = Coverage.of(budget, caps, methods)
+    result = CampaignResult(variant=spec, alpha=budget.alpha, coverage=Coverage.of(budget, caps, methods))
     bar = Progress(f"fuzz {spec}", seconds, "s", enabled=progress)
 
     def check(batch: SpecBatch, names: Sequence[str], trials: int, case_seed: int, power: int) -> Run:
@@ -344,15 +325,11 @@ def run_campaign(
         result.best_discrepancy = max(result.best_discrepancy, run.score)
         return run
 
-    def tally(run: Run) -> Run:
+    def tally(run: Run) -> None:
         """Count a full-power run's verdicts."""
         result.checks_passed += sum(v.passed for v in run.verdicts)
         result.checks_inconclusive += sum(v.status == "inconclusive" for v in run.verdicts)
         result.verdicts.extend(run.verdicts)
-        return run
-
-    def left(until: float) -> float:
-        return until - time.monotonic()
 
     def screened_case(
         batch: SpecBatch,
@@ -364,23 +341,20 @@ def run_campaign(
     ) -> Run | None:
         """Screen ``batch``; confirm it afresh while it looks suspicious. The failing run, or ``None``.
 
-        The confirmation is group-sequential: stage ``k`` reruns only the checks that still look
-        suspicious, with `CONFIRM_FACTOR` times the screen's trials and then the full ones, each
-        stage on fresh trials at level ``alpha``. ``trials`` fixes the trials of the screen and of
-        each stage, as shrinking needs (Hypothesis must see the same outcome for the same example);
-        otherwise they are sized to the time left: at most ``most`` trials for the screen, fewer
-        where they would take more than ``share`` seconds (never fewer than `FEWEST_TRIALS`).
+        Each stage reruns only the checks that still look suspicious. ``trials`` fixes the trials of
+        the screen and of each stage, as shrinking needs (Hypothesis must see the same outcome for the
+        same example); otherwise they are sized to the time left: at most ``most`` trials for the
+        screen, fewer where they would take more than ``share`` seconds (never fewer than `FEWEST_TRIALS`).
         """
         shrinking = trials is not None
         if trials:
             first = trials[0]
         else:
-            if cost.trials_within(left(deadline), batch, most) < FEWEST_TRIALS:
+            affordable = cost.trials_within(deadline - time.monotonic(), batch, most)
+            if affordable < FEWEST_TRIALS:
                 result.skipped += 1
                 return None
-            sliced = cost.trials_within(share, batch, most)
-            first = max(FEWEST_TRIALS, min(sliced, cost.trials_within(left(deadline), batch, most)))
-        if not shrinking:
+            first = max(FEWEST_TRIALS, min(cost.trials_within(share, batch, most), affordable))
             result.screen_trials.append(first)
         run = check(batch, checks, first, case_seed, first)
         if steer:  # inside the search: let Hypothesis steer toward larger discrepancies
@@ -394,7 +368,9 @@ def run_campaign(
         for stage, wanted in enumerate(trials[1:] if trials else _stages(first, full), start=1):
             if not suspicious:
                 return None
-            stage_trials = wanted if shrinking else cost.trials_within(left(deadline + grace), batch, wanted)
+            stage_trials = (
+                wanted if shrinking else cost.trials_within(overtime - time.monotonic(), batch, wanted)
+            )
             if stage_trials < FEWEST_TRIALS:
                 result.checks_inconclusive += 1  # suspicious, and no time left to confirm it
                 result.unconfirmed += 1
@@ -404,12 +380,11 @@ def run_campaign(
             confirmation = check(batch, suspicious, stage_trials, stage_seed, required)
             if not shrinking:  # a shrink candidate's runs are not counted: they only order failures
                 result.confirmations += 1
-            if confirmation.failure is not None:
-                if not shrinking:
+                # A failure or the last stage counts; a cleared earlier stage is only a screen.
+                if confirmation.failure is not None or wanted >= full:
                     tally(confirmation)
+            if confirmation.failure is not None:
                 return Run(confirmation.verdicts, stage_trials, stage_seed, ladder=tuple(ladder))
-            if not shrinking and wanted >= full:  # the last stage counts; a cleared earlier one is a screen
-                tally(confirmation)
             suspicious = _suspicious(confirmation.verdicts)
         return None
 
@@ -452,44 +427,15 @@ def run_campaign(
             if time.monotonic() > deadline:
                 break
 
-    search_round = _SearchRound(
-        screened_case, methods, caps, profile, budget, deadline, deadline + grace, shrink, database, device
-    )
-    round_index = 0
-    while search and time.monotonic() < deadline and (rounds is None or round_index < rounds):
-        found = search_round.run(seed + round_index, result, lambda: _show(bar, result, start))
-        if found is not None:
-            result.found_after = search_round.found_after - start
-            return finish(found.run, found.batch, f"search round {round_index}")
-        round_index += 1
-    return done()
+    def search_round(round_seed: int) -> _Found | None:
+        """One Hypothesis run of the profile's examples per round, each screened (and confirmed if
+        suspicious); the smallest failure seen, if any.
 
-
-@dataclass
-class _SearchRound:
-    """One Hypothesis run of ``examples_per_round`` batches, each screened (and confirmed if suspicious).
-
-    Past ``deadline`` the remaining examples are no-ops; a failure is shrunk until
-    ``shrink_deadline`` with the trials it was found with (so that Hypothesis sees the same outcome
-    for the same example), then the smallest failure seen is returned.
-    """
-
-    screened_case: Callable[[SpecBatch, int, tuple[int, ...] | None, bool], Run | None]
-    methods: tuple[str, ...]
-    caps: Capabilities
-    profile: str
-    budget: Profile
-    deadline: float
-    shrink_deadline: float
-    shrink: bool
-    database: ExampleDatabase | None
-    device: str
-    found_after: float = 0.0
-
-    def run(self, round_seed: int, result: CampaignResult, show: Callable[[], None]) -> _Found | None:
-        """Run the round; the (shrunk) failure, if any."""
+        Past ``deadline`` the remaining examples are no-ops; a failure is shrunk until ``overtime`` with
+        the trials it was found with, so that Hypothesis sees the same outcome for the same example.
+        """
         phases = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target]
-        phases += [Phase.shrink] if self.shrink else []
+        phases += [Phase.shrink] if shrink else []
         smallest: _Found | None = None
         broken: EnvironmentProblem | None = None
         seen: dict[tuple[int, str], Run | None] = {}
@@ -497,9 +443,9 @@ class _SearchRound:
 
         @hypothesis_seed(round_seed)
         @settings(
-            max_examples=self.budget.fuzz_examples_per_round,
+            max_examples=budget.fuzz_examples_per_round,
             deadline=None,
-            database=self.database,
+            database=database,
             phases=phases,
             suppress_health_check=list(HealthCheck),
             print_blob=False,
@@ -507,26 +453,23 @@ class _SearchRound:
         )
         @given(
             batch=strategies.spec_batches(
-                methods=self.methods, profile=self.profile, capabilities=self.caps, describe=described.update
+                methods=methods, profile=profile, capabilities=caps, describe=described.update
             ),
             case_seed=st.integers(0, CONFIRM_SEED - 1),
         )
-        def search(batch: SpecBatch, case_seed: int) -> None:
+        def example(batch: SpecBatch, case_seed: int) -> None:
             nonlocal smallest, broken
-            now = time.monotonic()
-            if broken is not None or now > (self.shrink_deadline if smallest else self.deadline):
+            if broken is not None or time.monotonic() > (overtime if smallest else deadline):
                 return  # out of time, or the machine failed: the remaining examples are no-ops
             fixed = None if smallest is None else smallest.run.ladder
             screened = result.screened
             key = (case_seed, _fingerprint(batch))
-            if key not in seen and smallest is not None and not self.shrink:
+            if key not in seen and smallest is not None and not shrink:
                 return  # found, and nothing to shrink: what Hypothesis still tries is not needed
             try:
                 # Hypothesis replays the smallest failing example at the end: its outcome is known.
                 found = (
-                    seen[key]
-                    if key in seen
-                    else self.screened_case(on_device(batch, self.device), case_seed, fixed, True)
+                    seen[key] if key in seen else screened_case(on_device(batch, device), case_seed, fixed)
                 )
             except EnvironmentProblem as error:
                 broken = error  # not the sampler's failure: nothing for Hypothesis to shrink
@@ -534,18 +477,26 @@ class _SearchRound:
             seen[key] = found
             if result.screened > screened and result.coverage is not None:
                 result.coverage.observe(described)
-            show()
+            _show(bar, result, start)
             if found is None:
                 return
             if smallest is None:
-                self.found_after = time.monotonic()
+                result.found_after = time.monotonic() - start
             smallest = _Found(found, batch)
             raise smallest
 
         # A failure found (and shrunk as far as time allowed) leaves `smallest` holding it; Flaky
         # means the smallest one's final replay ran past the shrink deadline and was a no-op.
         with contextlib.suppress(_Found, Flaky):
-            search()
+            example()
         if broken is not None:
             raise broken
         return smallest
+
+    round_index = 0
+    while search and time.monotonic() < deadline and (rounds is None or round_index < rounds):
+        found = search_round(seed + round_index)
+        if found is not None:
+            return finish(found.run, found.batch, f"search round {round_index}")
+        round_index += 1
+    return done()

@@ -131,18 +131,13 @@ def certify_variant(
     budget = profiles.get(profile)
     chosen = tuple(m for m in (methods or METHODS) if m in caps.methods)
     cases = targeted_cases(chosen, caps)
-    batches = [(name, batch) for name, batch, reason in cases if reason is None]
+    batches = [(name, on_device(batch, device)) for name, batch, reason in cases if reason is None]
     not_checked = caps.not_checked() + [
         f"method {m} (not asked for)" for m in caps.methods if m not in chosen
     ]
     not_checked += [f"targeted case '{name}': {reason}" for name, _, reason in cases if reason is not None]
     throughput = affordable_samples(
-        variant,
-        [on_device(b, device) for _, b in batches],
-        budget.num_samples,
-        check_seconds,
-        device,
-        progress=progress,
+        variant, [b for _, b in batches], budget.num_samples, check_seconds, device, progress=progress
     )
     num_samples = throughput.trials
     verdicts: list[Verdict] = []
@@ -151,7 +146,7 @@ def certify_variant(
         for index, (name, batch) in enumerate(batches):
             verdicts += run_checks(
                 variant,
-                on_device(batch, device),
+                batch,
                 num_samples=num_samples,
                 alpha=budget.alpha,
                 seed=index,
@@ -182,11 +177,10 @@ STATUS_WORDS = {"pass": "PASSED", "fail": "FAILED", "inconclusive": "INCONCLUSIV
 
 
 def markdown(
-    reports: list[VariantReport], mutants: list[SelfTestRecord], profile: str, seconds: float
+    reports: list[VariantReport], mutants: list[SelfTestRecord], profile: str, seconds: float, status: str
 ) -> str:
-    """The report as Markdown."""
+    """The report as Markdown, under the overall ``status``."""
     budget = profiles.get(profile)
-    status = _status([r.status for r in reports] + ["pass" if all(m.killed for m in mutants) else "fail"])
     lines = [
         f"# Certification: {STATUS_WORDS[status]}",
         "",
@@ -272,8 +266,8 @@ def certify(
     ]
     records = run_mutants(profile=profile, device=device, progress=progress) if mutants else []
     seconds = time.monotonic() - start
-    text = markdown(reports, records, profile, seconds)
     status = _status([r.status for r in reports] + ["pass" if all(m.killed for m in records) else "fail"])
+    text = markdown(reports, records, profile, seconds, status)
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.md").write_text(text + "\n")
     data = {

@@ -57,11 +57,8 @@ def _bucket(value: int, ranges: Sequence[tuple[int, int]]) -> str:
 
 @dataclass
 class Coverage:
-    """Counts of the drawn batches in buckets per dimension, against the buckets that were possible.
-
-    Build it with `Coverage.of` for a profile and a sampler's capabilities; feed it each batch's
-    description with `observe`.
-    """
+    """Counts of the drawn batches in buckets per dimension, against the buckets that were possible:
+    built by `Coverage.of` for a profile and a sampler's capabilities, fed each batch by `observe`."""
 
     possible: dict[str, list[str]]
     bucketers: dict[str, Callable[[Any], str]] = field(repr=False)
@@ -81,9 +78,7 @@ class Coverage:
             "methods": [m for m in methods if m in caps.methods],
             "families": list(FAMILIES),
             "vocabulary": [_label(lo, hi) for lo, hi in vocab],
-            "vocabulary at a block edge": [
-                str(e) for e in edges if e <= min(sizes.max_vocab, caps.max_vocab)
-            ],
+            "vocabulary at a block edge": [str(e) for e in edges],
             "requests per batch": [_label(lo, hi) for lo, hi in requests],
             "drafts per request": [_label(lo, hi) for lo, hi in drafts],
             "temperatures": list(TEMPERATURE_BUCKETS),
@@ -126,13 +121,9 @@ class Coverage:
 
     def missing(self) -> dict[str, list[str]]:
         """The possible buckets no batch reached, per dimension (dimensions with none left out)."""
-        out = {}
-        for dimension, labels in self.possible.items():
-            seen = self.counts.get(dimension, Counter())
-            absent = [label for label in labels if not seen[label]]
-            if absent:
-                out[dimension] = absent
-        return out
+        seen = {dimension: self.counts.get(dimension, Counter()) for dimension in self.possible}
+        absent = {d: [label for label in labels if not seen[d][label]] for d, labels in self.possible.items()}
+        return {dimension: labels for dimension, labels in absent.items() if labels}
 
     def lines(self) -> list[str]:
         """The coverage as text: one line per dimension with the counts, then what was not covered."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import sys
 import time
-from types import TracebackType
 from typing import Any
 
 TIME_BAR = "{desc}: {percentage:3.0f}%|{bar}| {elapsed}<{remaining}{postfix}"  # a time budget: no rate
@@ -92,7 +91,5 @@ class Progress:
     def __enter__(self) -> Progress:
         return self
 
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()

@@ -90,16 +90,8 @@ def versions() -> dict[str, str]:
 
 @dataclasses.dataclass(frozen=True)
 class Reproducer:
-    """A failure, replayable anywhere.
-
-    Attributes:
-        variant: the variant spec that failed.
-        check: the check that failed.
-        verdict: the failing verdict, as a dict.
-        batch: the input batch.
-        num_samples, alpha, seed: the settings the check ran with.
-        versions: library versions at the time of the failure.
-    """
+    """A failure, replayable anywhere: the variant spec and the check that failed, the failing verdict
+    (as a dict), the input batch, the settings the check ran with, and the library versions then."""
 
     variant: str
     check: str

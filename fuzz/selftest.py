@@ -9,7 +9,7 @@ variants face the same cases.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from specsample.fuzz.campaign import run_campaign
 from specsample.fuzz.mutants import MUTANTS
@@ -42,25 +42,20 @@ class SelfTestRecord:
     expected: tuple[str, ...]
     samples: int
     seconds: float
+    found_after: float | None
+    batches: int
     case: str | None
     message: str
-    found_after: float | None = None
-    batches: int = 0
 
     def to_json(self) -> dict[str, object]:
         """JSON-ready record: ``id``, ``killed``, ``check``, ``samples``, ``seconds`` and context."""
-        return {
-            "id": self.id,
-            "killed": self.killed,
-            "check": self.check,
+        found_after = None if self.found_after is None else round(self.found_after, 2)
+        rounded = {
             "expected": list(self.expected),
-            "samples": self.samples,
             "seconds": round(self.seconds, 2),
-            "found_after": None if self.found_after is None else round(self.found_after, 2),
-            "batches": self.batches,
-            "case": self.case,
-            "message": self.message,
+            "found_after": found_after,
         }
+        return {**asdict(self), **rounded}
 
 
 def run_variant(

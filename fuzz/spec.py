@@ -2,7 +2,7 @@
 
 A spec is one of:
 - a registered name: ``reference``, ``walk``, a name from `kernels.registry` (``triton``, ``torch``), or a
-  planted mutant id (``M01`` ... ``M22``);
+  planted mutant id (``M01`` ... ``M30``);
 - ``package.module:NAME`` or ``path/to/file.py:NAME``, where ``NAME`` is a `Variant`, a class whose
   instances are variants, or a zero-argument factory returning one.
 """

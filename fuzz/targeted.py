@@ -1,13 +1,12 @@
 """Targeted cases: hand-built batches aimed at the shapes real bugs need, tried before random search.
 
 Each case is small enough for the CPU interpreter and names the bugs it is built to expose; a
-campaign runs them first (as Hypothesis explicit examples), then explores at random.
+campaign screens them first, then explores at random.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -15,15 +14,6 @@ from specsample.reference.contract import Capabilities, Method, RequestData, Spe
 from specsample.reference.methods import METHODS
 
 VOCAB = 20  # past one 16-lane tile: the tail tile holds tokens 16..19
-
-
-@dataclass(frozen=True)
-class TargetedCase:
-    """A named batch and the bugs it is built to expose."""
-
-    name: str
-    exposes: str
-    build: Callable[[Method], SpecBatch]
 
 
 def _rows(rng: np.random.Generator, count: int, scale: float = 1.5) -> np.ndarray:
@@ -89,14 +79,13 @@ def _block(method: Method) -> SpecBatch:
     (M29), and stops one draft short of the end (M30).
     """
     rng = np.random.default_rng(6)
-    favoured, other = 3, 17
+    a, b = 3, 17  # the token the target favours, and the one the draft favours
 
     def rows(count: int, high: int, low: int) -> np.ndarray:
         logits = rng.normal(size=(count, VOCAB)) * 0.5 - 3.0
         logits[:, high], logits[:, low] = np.log(2.0), 0.0
         return logits
 
-    a, b = favoured, other
     return make_batch(
         [
             RequestData(rows(4, a, b), [b, a, b], rows(3, b, a), temperature=1.0, seed=61),
@@ -149,18 +138,16 @@ def _nan_rows(method: Method) -> SpecBatch:
     )
 
 
-# The shapes, each built for every method whose row in `reference.methods.METHODS` names it.
-SHAPES: dict[str, TargetedCase] = {
-    case.name: case
-    for case in (
-        TargetedCase("verification", "M02-M13 M16 M20 M21", _verification),
-        TargetedCase("block", "M28 M29 M30", _block),
-        TargetedCase("zero-mass drafts", "M01 M19", _zero_mass_drafts),
-        TargetedCase("greedy and slots", "M14 M15 M18", _greedy_and_slots),
-        TargetedCase("synthetic", "M22", lambda method: _synthetic()),
-        TargetedCase("nan rows", "M17", _nan_rows),
-        TargetedCase("underflow", "M27", _underflow),
-    )
+# The shapes, each built for every method whose row in `reference.methods.METHODS` names it, with the
+# mutants each is built to expose.
+SHAPES: dict[str, Callable[[Method], SpecBatch]] = {
+    "verification": _verification,  # M02-M13 M16 M20 M21
+    "block": _block,  # M28 M29 M30
+    "zero-mass drafts": _zero_mass_drafts,  # M01 M19
+    "greedy and slots": _greedy_and_slots,  # M14 M15 M18
+    "synthetic": lambda method: _synthetic(),  # M22
+    "nan rows": _nan_rows,  # M17
+    "underflow": _underflow,  # M27
 }
 
 
@@ -178,8 +165,8 @@ def targeted_cases(
     """Every targeted batch for ``methods``, and why it lies outside ``capabilities`` (``None``: inside)."""
     caps = capabilities or Capabilities()
     cases = [
-        (f"{method}: {shape}", case.build(method))
-        for shape, case in SHAPES.items()
+        (f"{method}: {shape}", build(method))
+        for shape, build in SHAPES.items()
         for method, rules in METHODS.items()
         if shape in rules.targeted and (methods is None or method in methods)
     ]

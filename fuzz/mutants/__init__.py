@@ -20,212 +20,90 @@ class Mutant:
     """A planted bug: its id, the class that plants it, what it is, and the checks expected to kill it."""
 
     id: str
-    module: str
-    cls: str
+    spec: str  # MODULE:NAME of the class that plants it
     bug: str
     expected: tuple[str, ...]
     gpu_only: bool = False
 
-    @property
-    def spec(self) -> str:
-        """The ``MODULE:NAME`` spec of the mutant's class."""
-        return f"{self.module}:{self.cls}"
-
     def load(self) -> Variant:
         """A fresh instance of the mutant."""
-        variant: Variant = getattr(importlib.import_module(self.module), self.cls)()
+        module, _, cls = self.spec.rpartition(":")
+        variant: Variant = getattr(importlib.import_module(module), cls)()
         return variant
 
 
-def _m(id_: str, module: str, cls: str, bug: str, *expected: str, gpu_only: bool = False) -> Mutant:
-    return Mutant(id_, f"specsample.fuzz.mutants.{module}", cls, bug, expected, gpu_only)
-
-
-MUTANTS: dict[str, Mutant] = {
-    m.id: m
-    for m in [
-        _m("M01", "m01_nonstrict_accept", "NonStrictAccept", "acceptance test p >= u*q", "invariants"),
-        _m("M02", "m02_zero_uniform", "ZeroUniform", "acceptance uniform hard-coded to 0", "law_of_m"),
-        _m("M03", "m03_unclamped_residual", "UnclampedResidual", "residual not clamped", "law_of_y"),
-        _m(
-            "M04",
-            "m04_residual_at_draft_only",
-            "ResidualAtDraftOnly",
-            "residual subtracts q at the draft only",
-            "law_of_y",
-        ),
-        _m(
-            "M05",
-            "m05_unnormalised_residual",
-            "UnnormalisedResidual",
-            "residual not renormalised",
-            "law_of_y",
-        ),
-        _m(
-            "M06",
-            "m06_bonus_from_last_draft_row",
-            "BonusFromLastDraftRow",
-            "bonus drawn from the last draft row",
-            "law_of_y",
-        ),
-        _m(
-            "M07",
-            "m07_bonus_after_rejection",
-            "BonusAfterRejection",
-            "bonus emitted after a rejection",
-            "invariants",
-        ),
-        _m(
-            "M08",
-            "m08_no_stop_at_rejection",
-            "NoStopAtRejection",
-            "no stop at the first rejection",
-            "invariants",
-            "law_of_m",
-        ),
-        _m(
-            "M09",
-            "m09_reused_uniform",
-            "ReusedUniform",
-            "acceptance uniform reused for the residual",
-            "law_of_y",
-            "coupled",
-        ),
-        _m("M10", "m10_shared_uniform", "SharedUniform", "one uniform shared by every position", "law_of_m"),
-        _m(
-            "M11", "m11_residual_from_row_zero", "ResidualFromRowZero", "residual read from row 0", "law_of_y"
-        ),
-        _m(
-            "M12",
-            "m12_draft_temperature_twice",
-            "DraftTemperatureTwice",
-            "temperature twice on the draft",
-            "law_of_m",
-            "law_of_y",
-        ),
-        _m(
-            "M13",
-            "m13_draft_temperature_missing",
-            "DraftTemperatureMissing",
-            "temperature missing on the draft",
-            "law_of_m",
-        ),
-        _m("M14", "m14_greedy_as_random", "GreedyAsRandom", "greedy rows sampled at T = 1", "invariants"),
-        _m(
-            "M15",
-            "m15_draft_by_batch_index",
-            "DraftByBatchIndex",
-            "drafts read by batch index, not draft_slot",
-            "law_of_m",
-            "law_of_y",
-            "composition",
-        ),
-        _m(
-            "M16",
-            "m16_dropped_last_tile",
-            "DroppedLastTile",
-            "last vocabulary tile dropped",
-            "invariants",
-            "law_of_y",
-        ),
-        _m(
-            "M17",
-            "m17_nan_gives_out_of_range",
-            "NanGivesOutOfRange",
-            "NaN logits give an id >= V",
-            "invariants",
-        ),
-        _m(
-            "M18",
-            "m18_seed_of_first_request",
-            "SeedOfFirstRequest",
-            "per-request seed ignored",
-            "composition",
-        ),
-        _m(
-            "M19",
-            "m19_degenerate_residual_token_zero",
-            "DegenerateResidualTokenZero",
-            "empty residual falls back to token 0",
-            "invariants",
-        ),
-        _m(
-            "M20",
-            "m20_placeholder_as_index",
-            "PlaceholderAsIndex",
-            "placeholder -1 used as an index",
-            "invariants",
-        ),
-        _m(
-            "M21",
-            "m21_strict_for_probabilistic",
-            "StrictForProbabilistic",
-            "strict run for probabilistic",
-            "law_of_m",
-        ),
-        _m(
-            "M22",
-            "m22_unconditional_synthetic_rates",
-            "UnconditionalSyntheticRates",
-            "unconditional synthetic rates used as conditional",
-            "law_of_m",
-        ),
-        _m(
-            "M23",
-            "m23_int32_offsets",
-            "Int32Offsets",
-            "int32 row offsets overflow past 2**31 logits",
-            "invariants",
-            "law_of_y",
-            gpu_only=True,
-        ),
-        _m("M24", "m24_step_ignored", "StepIgnored", "step not mixed into the random stream", "steps"),
-        _m(
-            "M25",
-            "m25_uninitialised_tail",
-            "UninitialisedTail",
-            "padding after num_emitted left uninitialised",
-            "determinism",
-            "invariants",
-        ),
-        _m(
-            "M26",
-            "m26_softmax_without_max",
-            "SoftmaxWithoutMax",
-            "softmax without max subtraction",
-            "invariants",
-            "law_of_y",
-        ),
-        _m(
-            "M27",
-            "m27_fp32_probs_declared_log",
-            "Fp32ProbsDeclaredLog",
-            "fp32 probabilities while declaring log space",
-            "law_of_m",
-        ),
-        _m(
-            "M28",
-            "m28_token_residual_after_block",
-            "TokenResidualAfterBlock",
-            "block: token-wise residual after a stop",
-            "law_of_y",
-            "marginal",
-        ),
-        _m(
-            "M29",
-            "m29_keep_probability_is_weight",
-            "KeepProbabilityIsWeight",
-            "block: keep probability h_i = w_i",
-            "law_of_m",
-        ),
-        _m(
-            "M30",
-            "m30_bonus_after_partial_block",
-            "BonusAfterPartialBlock",
-            "block: bonus row sampled when m = n - 1",
-            "invariants",
-            "law_of_y",
-            "marginal",
-        ),
-    ]
+# MODULE:CLASS under `specsample.fuzz.mutants` (the module's prefix is the id): the bug, the checks
+# expected to kill it.
+_PLANTED = {
+    "m01_nonstrict_accept:NonStrictAccept": ("acceptance test p >= u*q", "invariants"),
+    "m02_zero_uniform:ZeroUniform": ("acceptance uniform hard-coded to 0", "law_of_m"),
+    "m03_unclamped_residual:UnclampedResidual": ("residual not clamped", "law_of_y"),
+    "m04_residual_at_draft_only:ResidualAtDraftOnly": ("residual subtracts q at the draft only", "law_of_y"),
+    "m05_unnormalised_residual:UnnormalisedResidual": ("residual not renormalised", "law_of_y"),
+    "m06_bonus_from_last_draft_row:BonusFromLastDraftRow": (
+        "bonus drawn from the last draft row",
+        "law_of_y",
+    ),
+    "m07_bonus_after_rejection:BonusAfterRejection": ("bonus emitted after a rejection", "invariants"),
+    "m08_no_stop_at_rejection:NoStopAtRejection": ("no stop at the first rejection", "invariants law_of_m"),
+    "m09_reused_uniform:ReusedUniform": ("acceptance uniform reused for the residual", "law_of_y coupled"),
+    "m10_shared_uniform:SharedUniform": ("one uniform shared by every position", "law_of_m"),
+    "m11_residual_from_row_zero:ResidualFromRowZero": ("residual read from row 0", "law_of_y"),
+    "m12_draft_temperature_twice:DraftTemperatureTwice": (
+        "temperature twice on the draft",
+        "law_of_m law_of_y",
+    ),
+    "m13_draft_temperature_missing:DraftTemperatureMissing": ("temperature missing on the draft", "law_of_m"),
+    "m14_greedy_as_random:GreedyAsRandom": ("greedy rows sampled at T = 1", "invariants"),
+    "m15_draft_by_batch_index:DraftByBatchIndex": (
+        "drafts read by batch index, not draft_slot",
+        "law_of_m law_of_y composition",
+    ),
+    "m16_dropped_last_tile:DroppedLastTile": ("last vocabulary tile dropped", "invariants law_of_y"),
+    "m17_nan_gives_out_of_range:NanGivesOutOfRange": ("NaN logits give an id >= V", "invariants"),
+    "m18_seed_of_first_request:SeedOfFirstRequest": ("per-request seed ignored", "composition"),
+    "m19_degenerate_residual_token_zero:DegenerateResidualTokenZero": (
+        "empty residual falls back to token 0",
+        "invariants",
+    ),
+    "m20_placeholder_as_index:PlaceholderAsIndex": ("placeholder -1 used as an index", "invariants"),
+    "m21_strict_for_probabilistic:StrictForProbabilistic": ("strict run for probabilistic", "law_of_m"),
+    "m22_unconditional_synthetic_rates:UnconditionalSyntheticRates": (
+        "unconditional synthetic rates used as conditional",
+        "law_of_m",
+    ),
+    "m23_int32_offsets:Int32Offsets": ("int32 row offsets overflow past 2**31 logits", "invariants law_of_y"),
+    "m24_step_ignored:StepIgnored": ("step not mixed into the random stream", "steps"),
+    "m25_uninitialised_tail:UninitialisedTail": (
+        "padding after num_emitted left uninitialised",
+        "determinism invariants",
+    ),
+    "m26_softmax_without_max:SoftmaxWithoutMax": ("softmax without max subtraction", "invariants law_of_y"),
+    "m27_fp32_probs_declared_log:Fp32ProbsDeclaredLog": (
+        "fp32 probabilities while declaring log space",
+        "law_of_m",
+    ),
+    "m28_token_residual_after_block:TokenResidualAfterBlock": (
+        "block: token-wise residual after a stop",
+        "law_of_y marginal",
+    ),
+    "m29_keep_probability_is_weight:KeepProbabilityIsWeight": (
+        "block: keep probability h_i = w_i",
+        "law_of_m",
+    ),
+    "m30_bonus_after_partial_block:BonusAfterPartialBlock": (
+        "block: bonus row sampled when m = n - 1",
+        "invariants law_of_y marginal",
+    ),
 }
+# Mutants whose bug needs a batch past 2**31 logits in one call: they run in the GPU tier only.
+_GPU_TIER = ("M23",)
+
+
+def _mutant(spec: str, bug: str, expected: str) -> Mutant:
+    """The `Mutant` of a row of `_PLANTED`."""
+    id_ = spec[:3].upper()
+    return Mutant(id_, f"specsample.fuzz.mutants.{spec}", bug, tuple(expected.split()), id_ in _GPU_TIER)
+
+
+MUTANTS: dict[str, Mutant] = {m.id: m for m in (_mutant(spec, *row) for spec, row in _PLANTED.items())}

@@ -9,6 +9,7 @@ bug needs a batch of several gigabytes.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import inspect
 import sys
@@ -28,7 +29,6 @@ PLANTED = [
     ),
     ("end = tl.load(cu_ptr + request + 1).to(tl.int64)", "end = tl.load(cu_ptr + request + 1).to(tl.int32)"),
 ]
-_MODULES: dict[str, ModuleType] = {}
 
 
 def _load(name: str, source: str) -> ModuleType:
@@ -44,22 +44,20 @@ def _load(name: str, source: str) -> ModuleType:
     return module
 
 
+@functools.cache
 def mutated_launcher() -> ModuleType:
-    """The production launcher bound to kernels with the int32 offsets planted."""
-    if "launcher" not in _MODULES:
-        source = inspect.getsource(rejection_kernels)
-        for original, planted in PLANTED:
-            if original not in source:
-                raise RuntimeError(f"M23 cannot plant its bug: the kernel no longer contains {original!r}")
-            source = source.replace(original, planted)
-        kernels_module = _load("m23_rejection_kernels", source)
-        launcher_source = inspect.getsource(rejection).replace(
-            "from specsample.kernels import rejection_kernels as jit", "import m23_rejection_kernels as jit"
-        )
-        assert "import m23_rejection_kernels as jit" in launcher_source
-        _MODULES["kernels"] = kernels_module
-        _MODULES["launcher"] = _load("m23_rejection", launcher_source)
-    return _MODULES["launcher"]
+    """The production launcher bound to kernels with the int32 offsets planted (built once)."""
+    source = inspect.getsource(rejection_kernels)
+    for original, planted in PLANTED:
+        if original not in source:
+            raise RuntimeError(f"M23 cannot plant its bug: the kernel no longer contains {original!r}")
+        source = source.replace(original, planted)
+    _load("m23_rejection_kernels", source)  # the launcher below imports it by this name
+    launcher_source = inspect.getsource(rejection).replace(
+        "from specsample.kernels import rejection_kernels as jit", "import m23_rejection_kernels as jit"
+    )
+    assert "import m23_rejection_kernels as jit" in launcher_source
+    return _load("m23_rejection", launcher_source)
 
 
 class Int32Offsets:

@@ -239,8 +239,8 @@ def test_coverage_counts_buckets_and_names_what_was_missed() -> None:
 
 def test_coverage_counts_block_verification_where_a_sampler_has_it() -> None:
     """Block verification is a bucket of the methods dimension for a sampler that implements it (the
-    default capabilities, the walk's) and none for one that does not (the Triton sampler's)."""
-    from specsample.kernels.rejection import TritonRejectionSampler
+    default capabilities, the walk's) and none for one that does not (the PyTorch sampler's)."""
+    from specsample.kernels.torch_sampler import TorchRejectionSampler
 
     coverage = Coverage.of(profiles.get("ci"), Capabilities())
     assert "block" in coverage.possible["methods"]
@@ -256,8 +256,8 @@ def test_coverage_counts_block_verification_where_a_sampler_has_it() -> None:
         }
     )
     assert coverage.counts["methods"]["block"] == 1 and "block" not in coverage.missing().get("methods", [])
-    triton = Coverage.of(profiles.get("ci"), TritonRejectionSampler.capabilities)
-    assert "block" not in triton.possible["methods"]
+    torch_sampler = Coverage.of(profiles.get("ci"), TorchRejectionSampler.capabilities)
+    assert "block" not in torch_sampler.possible["methods"]
 
 
 def test_a_campaign_reports_its_coverage() -> None:
