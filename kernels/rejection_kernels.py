@@ -868,7 +868,8 @@ def block_keep_kernel(
     weight ``w_i`` (`_split_block_mass`); the last one to finish the row combines the shares in a
     fixed order, takes ``h_i = S_i / (S_i + 1 - w_i)`` (1 where both are 0) and compares it with
     ``eta_i``, the acceptance uniform of position ``i - 1``. Row ``n``: ``h_n = w_n``, decided by
-    its first split's program. A row of weight 0 has ``h_i = 0`` and reads nothing.
+    its first split's program. ``h_i <= w_i``, so a row with ``eta_i >= w_i`` (every row of weight 0
+    among them) is rejected by its first split's program without reading the row.
 
     Args:
         The pointers are row_stats_kernel's, after it has run: this kernel reads the row records
@@ -892,36 +893,39 @@ def block_keep_kernel(
         out_row = request.to(tl.int64) * width
         row = out_row + position
         log_weight = _block_log_weight(row_float_ptr, out_row, position)
-        decide = split == 0
+        seed = tl.load(seed_ptr + request)
+        step = tl.load(step_ptr + request)
+        eta = tl.rand(seed, _offsets(step, (position - 1).to(tl.int64), ACCEPT_PURPOSE, 0))
+        # h_n = w_n. Below n, h_i <= w_i (as S_i <= w_i): eta_i >= w_i rejects index i without S_i,
+        # and every program of the row skips its read alike.
         keep = tl.exp(log_weight)
-        if position < num_drafts:
+        decide = split == 0
+        if (position < num_drafts) & (eta < keep):
             counter_ptr = _record(work_ptr, geometry_ptr, WORK_COUNTER, tl.int32)
-            mass = tl.full([], 0.0, tl.float32)
-            if log_weight > NEG_INF:
-                num_target_rows = _geometry(geometry_ptr, GEO_NUM_TARGET_ROWS)
-                num_draft_ids = _geometry(geometry_ptr, GEO_NUM_DRAFT_IDS)
-                num_draft_rows = _geometry(geometry_ptr, GEO_NUM_DRAFT_ROWS)
-                slot_capacity = _geometry(geometry_ptr, GEO_SLOT_CAPACITY)
-                row_float = row_float_ptr + row * ROW_FLOATS
-                draft_id = tl.load(
-                    draft_ids_ptr + draft_start + position,
-                    mask=draft_start + position < num_draft_ids,
-                    other=-1,
-                )
-                target_row = draft_start + request + position
-                target_inside = target_row < num_target_rows
-                target_row_ptr = target_ptr + tl.where(target_inside, target_row, 0) * target_stride
-                draft_offset = _draft_row_offset(
-                    request, draft_start, position, draft_slot_ptr, num_draft_rows, slot_capacity,
-                    draft_stride, slot_stride, SLOTTED,
-                )  # fmt: skip
-                mass = _split_block_mass(
-                    target_row_ptr, target_inside, draft_ptr + tl.maximum(draft_offset, 0), draft_offset >= 0,
-                    split, vocab_size, _inv_temperature(temperature), tl.load(row_float + ROW_TARGET_MAX),
-                    tl.load(row_float + ROW_TARGET_LOG_SUM), tl.load(row_float + ROW_DRAFT_MAX),
-                    tl.load(row_float + ROW_DRAFT_LOG_SUM), log_weight, draft_id, HAS_DRAFT, TILES_PER_SPLIT,
-                    BLOCK_V,
-                )  # fmt: skip
+            num_target_rows = _geometry(geometry_ptr, GEO_NUM_TARGET_ROWS)
+            num_draft_ids = _geometry(geometry_ptr, GEO_NUM_DRAFT_IDS)
+            num_draft_rows = _geometry(geometry_ptr, GEO_NUM_DRAFT_ROWS)
+            slot_capacity = _geometry(geometry_ptr, GEO_SLOT_CAPACITY)
+            row_float = row_float_ptr + row * ROW_FLOATS
+            draft_id = tl.load(
+                draft_ids_ptr + draft_start + position,
+                mask=draft_start + position < num_draft_ids,
+                other=-1,
+            )
+            target_row = draft_start + request + position
+            target_inside = target_row < num_target_rows
+            target_row_ptr = target_ptr + tl.where(target_inside, target_row, 0) * target_stride
+            draft_offset = _draft_row_offset(
+                request, draft_start, position, draft_slot_ptr, num_draft_rows, slot_capacity, draft_stride,
+                slot_stride, SLOTTED,
+            )  # fmt: skip
+            mass = _split_block_mass(
+                target_row_ptr, target_inside, draft_ptr + tl.maximum(draft_offset, 0), draft_offset >= 0,
+                split, vocab_size, _inv_temperature(temperature), tl.load(row_float + ROW_TARGET_MAX),
+                tl.load(row_float + ROW_TARGET_LOG_SUM), tl.load(row_float + ROW_DRAFT_MAX),
+                tl.load(row_float + ROW_DRAFT_LOG_SUM), log_weight, draft_id, HAS_DRAFT, TILES_PER_SPLIT,
+                BLOCK_V,
+            )  # fmt: skip
             tl.store(mass_ptr + row * num_splits + split, mass)
             # Publish the share, then count this split in; the last split of the row decides it.
             tl.debug_barrier()
@@ -936,9 +940,6 @@ def block_keep_kernel(
             total = mass + (1.0 - keep)
             keep = tl.where(total > 0.0, mass / total, 1.0)
         if decide:
-            seed = tl.load(seed_ptr + request)
-            step = tl.load(step_ptr + request)
-            eta = tl.rand(seed, _offsets(step, (position - 1).to(tl.int64), ACCEPT_PURPOSE, 0))
             tl.store(row_int_ptr + row * ROW_INTS + ROW_ACCEPT, (eta < keep).to(tl.int32))
             tl.store(row_float_ptr + row * ROW_FLOATS + ROW_LOG_WEIGHT, log_weight)
 
