@@ -2,8 +2,8 @@
 
 Importing this package chooses the Triton backend before any kernel module is decorated: without a
 CUDA GPU, kernels run on the CPU under the Triton interpreter (``TRITON_INTERPRET=1``), unless the
-variable is already set. Under the interpreter it then installs `interpret.install` (Triton's
-interpreter re-patches ``triton.language`` on every helper call; this does it once per launch).
+variable is already set. Under the interpreter it then runs `interpret.install`, so that Triton's
+interpreter patches ``triton.language`` once per launch, not on every helper call.
 """
 
 import os

@@ -1,9 +1,5 @@
 """Kernel launches built by parameter name, through Triton's dispatch or directly from compiled kernels.
 
-A `Launch` is one kernel launch of a plan: the kernel, its grid, its launch options and every
-argument by the kernel's own parameter names (`kernel_arguments` checks them), with the buffers
-of a call (its inputs, outputs and workspace) filled in at each call by name.
-
 `dispatch` launches through Triton's dispatch (``kernel[grid](**arguments)``), which specialises,
 compiles or loads from its cache, and calls any launch hook. On a GPU it can keep what it launched
 (`CachedLaunch`) so that `launch_cached` later launches the same compiled kernels on new buffers
@@ -11,8 +7,7 @@ without the dispatch, which saves most of the host time of a small call. That pa
 internals (`CompiledKernel.run`, its ``packed_metadata``, ``driver.active.get_current_stream``,
 ``knobs.runtime``'s launch hooks), which change between Triton releases: it is taken only on the
 versions in `SUPPORTED_TRITON`, never when ``SPECSAMPLE_DIRECT_LAUNCH=0``, and never while a launch
-hook (a profiler's) is set, which only the dispatch calls (`direct_launch_ready`). `PlanCache` keeps
-a launcher's plans and their compiled launches by batch structure.
+hook (a profiler's) is set, which only the dispatch calls (`direct_launch_ready`).
 """
 
 from __future__ import annotations
@@ -40,28 +35,21 @@ def kernel_arguments(kernel: Any, arguments: Mapping[str, Any]) -> tuple[Any, ..
         ValueError: a parameter of the kernel has no argument, or an argument names no parameter.
     """
     names = kernel.arg_names
-    missing = [name for name in names if name not in arguments]
-    unknown = [name for name in arguments if name not in names]
-    if missing or unknown:
-        problems = []
-        if missing:
-            problems.append(f"missing arguments {', '.join(missing)}")
-        if unknown:
-            problems.append(f"unknown arguments {', '.join(unknown)}")
-        raise ValueError(f"{kernel.__name__}: {'; '.join(problems)}")
+    problems = {
+        "missing": [name for name in names if name not in arguments],
+        "unknown": [name for name in arguments if name not in names],
+    }
+    if any(problems.values()):
+        found = (f"{kind} arguments {', '.join(args)}" for kind, args in problems.items() if args)
+        raise ValueError(f"{kernel.__name__}: {'; '.join(found)}")
     return tuple(arguments[name] for name in names)
 
 
 @dataclass(frozen=True)
 class Launch:
-    """One kernel launch: its arguments in the kernel's parameter order, the call's buffers left open.
-
-    Attributes:
-        template: every argument in parameter order; the positions in ``buffer_slots`` are filled
-            per call.
-        buffer_slots: ``(position, parameter name)`` of each argument that a call's buffers give.
-        options: launch options that are not parameters (``num_warps``, ``maxnreg``).
-    """
+    """One kernel launch: every argument in the kernel's parameter order (``template``), those at the
+    ``(position, parameter name)`` pairs of ``buffer_slots`` given by each call's buffers, and the
+    launch ``options`` that are not parameters (``num_warps``, ``maxnreg``)."""
 
     kernel: Any
     grid: tuple[int, int, int]
@@ -79,17 +67,11 @@ class Launch:
         options: Mapping[str, Any],
         buffers: Collection[str],
     ) -> Launch:
-        """The launch of ``kernel`` on ``grid``.
-
-        Args:
-            values: the arguments fixed by the plan (counts, strides, constexprs) by parameter name.
-            options: launch options that are not parameters.
-            buffers: the names of a call's buffers: each parameter of one of these names takes the
-                call's buffer of that name.
+        """The launch of ``kernel`` on ``grid``: ``values`` fixed by the plan (counts, strides,
+        constexprs), and each parameter named in ``buffers`` taken from a call's buffer of that name.
 
         Raises:
-            ValueError: a parameter of the kernel has no argument, a value names no parameter, or a
-                value is also a buffer.
+            ValueError: a parameter has no argument, a value names no parameter or is also a buffer.
         """
         twice = [name for name in values if name in buffers]
         if twice:
@@ -123,19 +105,16 @@ def direct_launch_available() -> bool:
     return release in SUPPORTED_TRITON and os.environ.get(DIRECT_LAUNCH_ENV, "") != "0"
 
 
-def _launch_hooks_set() -> bool:
-    """Whether a launch hook (a profiler's) is set: only Triton's dispatch calls it."""
-    # Imported here: only the releases in SUPPORTED_TRITON get this far.
-    from triton import knobs
+def direct_launch_ready() -> bool:
+    """Whether a call may launch its cached kernels directly now: available, and no launch hook (a
+    profiler's) set, which only Triton's dispatch calls."""
+    if not direct_launch_available():
+        return False
+    from triton import knobs  # imported here: only the releases in SUPPORTED_TRITON get this far
 
     hooks = (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook)
     # Triton 3.6 keeps the hooks in chains, empty unless a hook was added.
-    return any(hook is not None and getattr(hook, "calls", True) for hook in hooks)
-
-
-def direct_launch_ready() -> bool:
-    """Whether a call may launch its cached kernels directly now: available, and no launch hook set."""
-    return direct_launch_available() and not _launch_hooks_set()
+    return not any(hook is not None and getattr(hook, "calls", True) for hook in hooks)
 
 
 def current_device() -> int:
@@ -144,14 +123,8 @@ def current_device() -> int:
 
 
 def dispatch(launches: Iterable[Launch], buffers: Mapping[str, Any], *, keep: bool) -> list[CachedLaunch]:
-    """Launch through Triton's dispatch (which specialises, compiles or loads, and calls launch hooks).
-
-    Args:
-        launches: the launches, in order.
-        buffers: the call's tensors by parameter name.
-        keep: return the compiled kernels for `launch_cached` (on a GPU); ignored, and nothing is
-            returned, unless `direct_launch_available`.
-    """
+    """Launch in order through Triton's dispatch on the call's tensors (``buffers``, by parameter name);
+    with ``keep``, return the compiled kernels for `launch_cached` (none unless `direct_launch_available`)."""
     keep = keep and direct_launch_available()
     kept = []
     for launch in launches:
@@ -173,37 +146,29 @@ def launch_cached(
     call's buffers. Only when `direct_launch_ready`."""
     stream = driver.active.get_current_stream(device_index)
     for launch, kernel in zip(launches, compiled, strict=True):
-        grid = launch.grid
-        kernel.run(
-            grid[0], grid[1], grid[2], stream, kernel.function, kernel.packed_metadata, None, None, None,
-            *launch.arguments(buffers),
-        )  # fmt: skip
+        args = launch.arguments(buffers)
+        # No launch metadata and no enter or exit hook: `direct_launch_ready` saw none set.
+        kernel.run(*launch.grid, stream, kernel.function, kernel.packed_metadata, None, None, None, *args)
 
 
-class PlanCache:
+class PlanCache(OrderedDict[Hashable, tuple[Any, list[CachedLaunch]]]):
     """A launcher's plans and their compiled launches by batch structure; the least recently used
     goes when there are more than ``size``."""
 
     def __init__(self, size: int) -> None:
+        super().__init__()
         self.size = size
-        self._entries: OrderedDict[Hashable, tuple[Any, list[CachedLaunch]]] = OrderedDict()
 
-    def __contains__(self, key: Hashable) -> bool:
-        return key in self._entries
-
-    def __getitem__(self, key: Hashable) -> tuple[Any, list[CachedLaunch]]:
-        return self._entries[key]
-
-    def get(self, key: Hashable) -> tuple[Any, list[CachedLaunch]] | None:
+    def get(self, key: Hashable) -> tuple[Any, list[CachedLaunch]] | None:  # type: ignore[override]
         """The plan and compiled launches under ``key``, now the most recently used; None if absent."""
-        entry = self._entries.get(key)
+        entry = super().get(key)
         if entry is not None:
-            self._entries.move_to_end(key)
+            self.move_to_end(key)
         return entry
 
     def put(self, key: Hashable, plan: Any, compiled: list[CachedLaunch]) -> None:
         """Keep ``plan`` and its compiled launches (empty where launches go through the dispatch)."""
-        self._entries[key] = (plan, compiled)
-        self._entries.move_to_end(key)
-        if len(self._entries) > self.size:
-            self._entries.popitem(last=False)
+        self[key] = (plan, compiled)
+        self.move_to_end(key)
+        if len(self) > self.size:
+            self.popitem(last=False)

@@ -5,6 +5,7 @@ A variant is registered with a zero-argument factory, so importing the registry 
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 
 from specsample.reference.contract import Variant
@@ -33,18 +34,10 @@ def get(name: str) -> Variant:
     return _FACTORIES[name]()
 
 
-def _triton_sampler() -> Variant:
-    from specsample.kernels.rejection import TritonRejectionSampler
-
-    return TritonRejectionSampler()
-
-
-def _torch_sampler() -> Variant:
-    from specsample.kernels.torch_sampler import TorchRejectionSampler
-
-    return TorchRejectionSampler()
+def _lazy(module: str, name: str) -> Callable[[], Variant]:
+    """A factory of ``module``'s class ``name`` that imports the module only when called."""
+    return lambda: getattr(importlib.import_module(module), name)()
 
 
-# The launcher modules import lazily, so importing the registry stays cheap and compiles nothing.
-register("triton", _triton_sampler)
-register("torch", _torch_sampler)
+register("triton", _lazy("specsample.kernels.rejection", "TritonRejectionSampler"))
+register("torch", _lazy("specsample.kernels.torch_sampler", "TorchRejectionSampler"))

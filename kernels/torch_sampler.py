@@ -18,20 +18,20 @@ import dataclasses
 import os
 
 import torch
+from torch.nn import functional as F
 
 from specsample.reference.contract import FP32_TINY, Capabilities, SpecBatch, SpecOutput
 from specsample.reference.law import MAX_TEMPERATURE
 
 _MASK64 = (1 << 64) - 1
 
-# Bytes `torch_sample` holds at its peak per target logit, beyond the batch's own logits, counted on its
-# widest path (probabilistic, draft logits given): four fp32 [rows, V] tensors it keeps (the argmax
-# copy, target probabilities, sampling law, draft probabilities: 16), and on top of them either the
-# final rows' weights and residual (8) with `_inverse_cdf`'s float64 copy and CDF (16) when every row
-# is a final row, 40; or, before the draft probabilities exist, `row_probs` on the draft rows (a
-# gathered copy and five temporaries, 25 on 12), 37.
-# The CPU's peak resident memory gives 32 to 36. 64 leaves room for the CUDA caching allocator's
-# rounding and fragmentation.
+# Bytes `torch_sample` holds at its peak per target logit beyond the batch's own logits, on its widest
+# path (probabilistic, draft logits given): four fp32 [rows, V] tensors it keeps (the argmax copy,
+# target probabilities, sampling law, draft probabilities: 16), plus either the final rows' weights
+# and residual (8) with `_inverse_cdf`'s float64 copy and CDF (16) when every row is final, 40; or,
+# before the draft probabilities exist, `row_probs` on the draft rows (a gathered copy and five
+# temporaries, 25 on 12), 37. The CPU's peak resident memory gives 32 to 36; 64 leaves room for the
+# CUDA caching allocator's rounding and fragmentation.
 BYTES_PER_LOGIT = 64
 
 
@@ -51,9 +51,8 @@ def row_probs(logits: torch.Tensor, temperature: torch.Tensor) -> torch.Tensor:
     """
     clean = torch.nan_to_num(logits.float(), nan=float("-inf"), posinf=float("inf"), neginf=float("-inf"))
     row_max = clean.max(dim=1, keepdim=True).values
-    scaled = torch.where(
-        clean == row_max, 0.0, (clean - row_max) / temperature.clamp(max=MAX_TEMPERATURE)[:, None]
-    )
+    capped = temperature.clamp(max=MAX_TEMPERATURE)[:, None]
+    scaled = torch.where(clean == row_max, 0.0, (clean - row_max) / capped)
     weights = torch.exp(scaled)
     probs = weights / weights.sum(dim=1, keepdim=True)
     return torch.where(probs < FP32_TINY, 0.0, probs)
@@ -69,7 +68,6 @@ def _inverse_cdf(weights: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     return torch.minimum(index, last_positive)
 
 
-# The methods this sampler implements.
 TORCH_METHODS = ("strict", "probabilistic", "synthetic")
 
 
@@ -128,10 +126,7 @@ def select_request_range(batch: SpecBatch, counts: list[int], lo: int, hi: int) 
     Target rows, flat draft rows and draft ids are contiguous per request, so each is one slice;
     slotted draft logits are shared whole and read through the requests' own slots.
     """
-    cu = [0]
-    for n in counts:
-        cu.append(cu[-1] + n)
-    draft_lo, draft_hi = cu[lo], cu[hi]
+    draft_lo, draft_hi = sum(counts[:lo]), sum(counts[:hi])
     draft_logits = batch.draft_logits
     if draft_logits is not None and not batch.slotted:
         draft_logits = draft_logits[draft_lo:draft_hi]
@@ -154,9 +149,10 @@ def torch_sample(batch: SpecBatch) -> SpecOutput:
 
     A batch whose intermediates (`BYTES_PER_LOGIT` per target logit) would not fit the device's free
     memory runs in contiguous ranges of requests, one call each. A request's output depends on its own
-    rows, seed and step only, so the ranges' outputs, padded to the batch's width (``-1`` tokens,
-    ``nan`` logprobs) and stacked, are those of one call: bit for bit on the CPU; on a GPU PyTorch
-    chooses a reduction's order by the tensor's shape, so a row's normaliser can differ in its last bit.
+    rows, seed and step only, so the ranges' outputs, written into outputs of the batch's width
+    (``-1`` tokens and ``nan`` logprobs past a range's own), are those of one call: bit for bit on the
+    CPU; on a GPU PyTorch chooses a reduction's order by the tensor's shape, so a row's normaliser can
+    differ in its last bit.
     """
     batch.validate(check_values=True)
     if batch.method not in TORCH_METHODS:
@@ -167,32 +163,29 @@ def torch_sample(batch: SpecBatch) -> SpecOutput:
     chunks = request_chunks(counts, batch.vocab_size, free_memory(batch.device) // BYTES_PER_LOGIT)
     if len(chunks) == 1:
         return _sample(batch, counts)
-    width = batch.resolved_max_num_drafts() + 1
-    token_ids, num_emitted, logprobs = [], [], []
+    rows, width = batch.num_requests, batch.resolved_max_num_drafts() + 1
+    token_ids = torch.full((rows, width), -1, dtype=torch.int64, device=batch.device)
+    logprobs = torch.full((rows, width), float("nan"), dtype=torch.float32, device=batch.device)
+    num_emitted = torch.empty(rows, dtype=torch.int32, device=batch.device)
     for lo, hi in chunks:
         part = _sample(select_request_range(batch, counts, lo, hi), counts[lo:hi])
-        assert part.logprobs is not None
-        pad = (0, width - part.token_ids.shape[1])
-        token_ids.append(torch.nn.functional.pad(part.token_ids, pad, value=-1))
-        logprobs.append(torch.nn.functional.pad(part.logprobs, pad, value=float("nan")))
-        num_emitted.append(part.num_emitted)
-    return SpecOutput(
-        token_ids=torch.cat(token_ids), num_emitted=torch.cat(num_emitted), logprobs=torch.cat(logprobs)
-    )
+        token_ids[lo:hi, : part.token_ids.shape[1]] = part.token_ids
+        logprobs[lo:hi, : part.token_ids.shape[1]] = part.logprobs
+        num_emitted[lo:hi] = part.num_emitted
+    return SpecOutput(token_ids=token_ids, num_emitted=num_emitted, logprobs=logprobs)
 
 
 def _sample(batch: SpecBatch, counts: list[int]) -> SpecOutput:
     """`torch_sample` in one call: every intermediate materialised for the whole (validated) batch."""
     device = batch.device
-    num_requests, vocab_size = batch.num_requests, batch.vocab_size
+    (num_rows, vocab_size), num_requests = batch.target_logits.shape, batch.num_requests
     max_n = batch.resolved_max_num_drafts()
     width = max_n + 1
 
     # Per-request uniforms from per-request generators: [B, max_n] acceptance, [B, max_n + 1] sampling.
-    seeds, steps = batch.seed.tolist(), batch.step.tolist()
     accept_u = torch.zeros(num_requests, max(max_n, 1))
     sample_u = torch.zeros(num_requests, width)
-    for b, (seed, step, n) in enumerate(zip(seeds, steps, counts, strict=True)):
+    for b, (seed, step, n) in enumerate(zip(batch.seed.tolist(), batch.step.tolist(), counts, strict=True)):
         generator = torch.Generator().manual_seed(generator_seed(seed, step))
         accept_u[b, :n] = torch.rand(n, generator=generator)
         sample_u[b, : n + 1] = torch.rand(n + 1, generator=generator)
@@ -201,46 +194,37 @@ def _sample(batch: SpecBatch, counts: list[int]) -> SpecOutput:
     counts_t = torch.tensor(counts, device=device)
     request_of_row = torch.repeat_interleave(torch.arange(num_requests, device=device), counts_t + 1)
     starts = torch.cumsum(counts_t + 1, 0) - (counts_t + 1)
-    position_of_row = torch.arange(request_of_row.shape[0], device=device) - starts[request_of_row]
+    position_of_row = torch.arange(num_rows, device=device) - starts[request_of_row]
     temperature = batch.temperature[request_of_row]
     greedy = ~(temperature > 0)
     clean_target = torch.nan_to_num(batch.target_logits.float(), nan=float("-inf"))
     argmax = torch.argmax(clean_target, dim=1)
-    target = row_probs(batch.target_logits, torch.where(greedy, 1.0, temperature))
-    # Greedy rows sample onehot(argmax); their logprobs use T = 1.
-    sample_target = torch.where(
-        greedy[:, None], torch.nn.functional.one_hot(argmax, vocab_size).float(), target
-    )
+    # Greedy rows sample onehot(argmax); their logprobs (and draft laws) use T = 1.
+    temperature = torch.where(greedy, 1.0, temperature)
+    target = row_probs(batch.target_logits, temperature)
+    sample_target = torch.where(greedy[:, None], F.one_hot(argmax, vocab_size).float(), target)
 
     is_draft_row = position_of_row < counts_t[request_of_row]
-    draft_index = starts[request_of_row] - request_of_row + position_of_row  # cu[b] + i
     ids = batch.draft_token_ids
-    if ids.shape[0] == 0:
-        row_ids = torch.full_like(position_of_row, -1)
-    else:
-        row_ids = torch.where(is_draft_row, ids[draft_index.clamp(max=ids.shape[0] - 1)], -1)
+    # Row r of request b holds draft cu[b] + i = r - b; bonus rows read a placeholder appended to the ids.
+    draft_of_row = torch.where(is_draft_row, torch.arange(num_rows, device=device) - request_of_row, len(ids))
+    row_ids = F.pad(ids, (0, 1), value=-1)[draft_of_row]
     real = is_draft_row & (row_ids >= 0) & (row_ids < vocab_size)
     safe_ids = torch.where(real, row_ids, 0)
-    p_draft = sample_target.gather(1, safe_ids[:, None]).squeeze(1)
 
-    draft = _draft_probs(batch, counts, request_of_row, position_of_row, is_draft_row, temperature, safe_ids)
     row_accept_u = accept_u[request_of_row, position_of_row.clamp(max=accept_u.shape[1] - 1)]
     if batch.method == "synthetic":
         assert batch.synthetic_rates is not None
-        rates = torch.cat(
-            [batch.synthetic_rates.to(device), torch.zeros(1, dtype=torch.float64, device=device)]
-        )
         # A position past the given rates has rate 0, as in the specification.
-        rate = rates[position_of_row.clamp(max=rates.shape[0] - 1)]
-        accept = real & (row_accept_u.double() < rate)
-        strict_sample = None
+        rates = F.pad(batch.synthetic_rates, (0, 1))
+        accept = real & (row_accept_u.double() < rates[position_of_row.clamp(max=rates.shape[0] - 1)])
     elif batch.method == "strict":
         strict_sample = _inverse_cdf(sample_target, sample_u[request_of_row, position_of_row])
         accept = real & (strict_sample == row_ids)
     else:
-        q_draft = draft.gather(1, safe_ids[:, None]).squeeze(1)
+        draft = _draft_probs(batch, request_of_row, position_of_row, temperature, safe_ids)
+        p_draft, q_draft = (law.gather(1, safe_ids[:, None]).squeeze(1) for law in (sample_target, draft))
         accept = real & (p_draft > row_accept_u * q_draft)
-        strict_sample = None
 
     # First rejection per request: count accepts before the first non-accept.
     accept_grid = torch.ones(num_requests, width, dtype=torch.bool, device=device)
@@ -248,30 +232,25 @@ def _sample(batch: SpecBatch, counts: list[int]) -> SpecOutput:
     num_accepted = torch.cumprod(accept_grid.to(torch.int64), dim=1).sum(dim=1).clamp(max=counts_t)
     final_row = starts + num_accepted
     final_is_draft = num_accepted < counts_t
-    final_real = real[final_row]
 
     weights = sample_target[final_row]
     if batch.method == "probabilistic":
-        residual = torch.clamp(sample_target[final_row] - draft[final_row], min=0.0)
+        residual = torch.clamp(weights - draft[final_row], min=0.0)
         has_mass = residual.sum(dim=1) > 0
-        use_residual = (final_is_draft & final_real & has_mass & ~greedy[final_row])[:, None]
+        use_residual = (final_is_draft & real[final_row] & has_mass & ~greedy[final_row])[:, None]
         weights = torch.where(use_residual, residual, weights)
     final_token = _inverse_cdf(weights, sample_u[torch.arange(num_requests, device=device), num_accepted])
-    if strict_sample is not None:
+    if batch.method == "strict":
         final_token = torch.where(final_is_draft & ~greedy[final_row], strict_sample[final_row], final_token)
 
-    token_ids = torch.full((num_requests, width), -1, dtype=torch.int64, device=device)
     columns = torch.arange(width, device=device)[None, :]
-    grid_rows = starts[:, None] + columns.clamp(max=max_n)
-    grid_ids = torch.where(
-        columns < num_accepted[:, None], row_ids[grid_rows.clamp(max=row_ids.shape[0] - 1)], -1
-    )
+    # Past a request's last row the index runs into the next request's: those cells are masked.
+    grid_rows = (starts[:, None] + columns).clamp(max=num_rows - 1)
+    grid_ids = torch.where(columns < num_accepted[:, None], row_ids[grid_rows], -1)
     token_ids = torch.where(columns == num_accepted[:, None], final_token[:, None], grid_ids)
-    emitted = columns <= num_accepted[:, None]
-    rows = grid_rows.clamp(max=target.shape[0] - 1)
     with torch.no_grad():
-        probs = target[rows, token_ids.clamp(min=0)]
-    logprobs = torch.where(emitted, torch.log(probs), float("nan"))
+        probs = target[grid_rows, token_ids.clamp(min=0)]
+    logprobs = torch.where(columns <= num_accepted[:, None], torch.log(probs), float("nan"))
     return SpecOutput(
         token_ids=token_ids.to(torch.int64),
         num_emitted=(num_accepted + 1).to(torch.int32),
@@ -281,27 +260,22 @@ def _sample(batch: SpecBatch, counts: list[int]) -> SpecOutput:
 
 def _draft_probs(
     batch: SpecBatch,
-    counts: list[int],
     request_of_row: torch.Tensor,
     position_of_row: torch.Tensor,
-    is_draft_row: torch.Tensor,
     temperature: torch.Tensor,
     safe_ids: torch.Tensor,
 ) -> torch.Tensor:
-    """``[R, V]`` draft laws aligned with the target rows (zeros on bonus rows and unused rows)."""
+    """``[R, V]`` draft laws aligned with the target rows; a row without a real draft (a bonus row, a
+    placeholder) gets whatever law its index reaches, as `_sample` masks its acceptance and residual."""
     num_rows, vocab_size = batch.target_logits.shape
-    device = batch.device
-    if batch.method != "probabilistic" or sum(counts) == 0:
-        return torch.zeros(1, vocab_size, device=device).expand(num_rows, vocab_size)
-    if batch.draft_logits is None:
-        one_hot = torch.nn.functional.one_hot(safe_ids, vocab_size).float()
-        return torch.where(is_draft_row[:, None], one_hot, 0.0)
+    draft_logits = batch.draft_logits
+    if draft_logits is None or len(batch.draft_token_ids) == 0:  # one-hot drafts, or none to read
+        return F.one_hot(safe_ids, vocab_size).float()
     if batch.slotted:
         assert batch.draft_slot is not None
         slots = batch.draft_slot.to(torch.int64)[request_of_row]
-        gathered = batch.draft_logits[slots, position_of_row.clamp(max=batch.draft_logits.shape[1] - 1)]
+        gathered = draft_logits[slots, position_of_row.clamp(max=draft_logits.shape[1] - 1)]
     else:
-        cu = torch.tensor([0, *torch.tensor(counts).cumsum(0).tolist()], device=device)
-        gathered = batch.draft_logits[(cu[request_of_row] + position_of_row).clamp(max=sum(counts) - 1)]
-    safe_temperature = torch.where(temperature > 0, temperature, 1.0)
-    return torch.where(is_draft_row[:, None], row_probs(gathered, safe_temperature), 0.0)
+        draft_of_row = torch.arange(num_rows, device=batch.device) - request_of_row  # cu[b] + i
+        gathered = draft_logits[draft_of_row.clamp(max=draft_logits.shape[0] - 1)]
+    return row_probs(gathered, temperature)
