@@ -4,11 +4,13 @@ by every sampler."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from collections.abc import Callable
 
 import numpy as np
 import pytest
+import torch
 
 from specsample.kernels import registry
 from specsample.properties.checks import check, run_checks
@@ -16,6 +18,9 @@ from specsample.properties.checks.coupled import agreement
 from specsample.properties.checks.invariants import violations
 from specsample.reference.contract import Capabilities, RequestData, SpecBatch, make_batch
 from specsample.reference.walk import WalkSampler
+
+# The kernel samplers' tensors: on a GPU when there is one (no interpreter), else the CPU.
+DEVICE = "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu"
 
 RNG = np.random.default_rng(13)
 V = 12
@@ -112,6 +117,7 @@ def test_a_synthetic_batch_without_drafts_is_sampled(name: str) -> None:
         [RequestData(RNG.normal(size=(1, V)), [], None, 1.0, seed=s) for s in range(3)],
         method="synthetic",
         synthetic_rates=np.zeros(0),
+        device=DEVICE,
     )
     output = registry.get(name)(batch)
     assert violations(batch, output) == []
@@ -124,7 +130,7 @@ def test_samplers_agree_at_temperatures_past_the_clamp() -> None:
         RequestData(logits, [1, 2], logits[:2] * 0.5, temperature=t, seed=s)
         for s, t in enumerate((1e38, 3e33))
     ]
-    batch = make_batch(requests)
+    batch = make_batch(requests, device=DEVICE)
     output = registry.get("triton")(batch)
     assert violations(batch, output) == []
     assert agreement(batch, output).unexplained == []
