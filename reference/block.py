@@ -74,10 +74,8 @@ def draft_laws(draft: F64Array, ids: npt.ArrayLike) -> F64Array:
 
 
 def next_weight(weight: npt.ArrayLike, target_prob: npt.ArrayLike, draft_prob: npt.ArrayLike) -> F64Array:
-    """``w_{i+1} = min(1, w_i * p_i(d_i) / q_i(d_i))`` from ``w_i`` and the laws at the draft.
-
-    0 once a weight is 0 or where ``p(d) = 0``; ``min(1, w_i * inf) = 1`` where ``q(d) = 0 < p(d)``.
-    """
+    """``w_{i+1} = min(1, w_i * p_i(d_i) / q_i(d_i))`` from ``w_i`` and the laws at the draft (the
+    module docstring gives the cases ``p(d) = 0`` and ``q(d) = 0``)."""
     w, p, q = (np.asarray(x, dtype=np.float64) for x in (weight, target_prob, draft_prob))
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(p <= 0.0, 0.0, np.where(q <= 0.0, np.inf, p / q))
@@ -108,9 +106,7 @@ def block_weights(target: F64Array, draft: F64Array, ids: Sequence[int] | I64Arr
     ids = np.asarray(ids, dtype=np.int64)
     weights = np.ones(ids.size + 1)
     for i, token in enumerate(ids):
-        real = 0 <= token < target.shape[1]
-        p = target[i, token] if real else 0.0
-        q = draft[i, token] if real else 0.0
+        p, q = (target[i, token], draft[i, token]) if 0 <= token < target.shape[1] else (0.0, 0.0)
         weights[i + 1] = next_weight(weights[i], p, q)
     return weights
 
@@ -125,15 +121,6 @@ def keep_probabilities(target: F64Array, draft: F64Array, weights: F64Array) -> 
     return keep
 
 
-def emission_law(target: F64Array, draft: F64Array, weights: F64Array, kept: int) -> F64Array:
-    """``[V]`` the law of the emitted token after ``kept`` drafts: ``p_n`` after all of them, else the
-    weighted residual at row ``kept`` (``p_kept`` when it has no mass)."""
-    n = weights.size - 1
-    if kept == n:
-        return np.asarray(target[n], dtype=np.float64)
-    return residual(weights[kept], target[kept], draft[kept])
-
-
 def block_law(target: F64Array, draft: F64Array, ids: Sequence[int] | I64Array) -> BlockLaw:
     """The exact law of ``(m, y)`` for one request (``target [n + 1, V]``, ``draft [n, V]``)."""
     draft = draft_laws(draft, np.asarray(ids, dtype=np.int64))
@@ -143,15 +130,12 @@ def block_law(target: F64Array, draft: F64Array, ids: Sequence[int] | I64Array) 
     # P(m = i) = h_i * prod_{j > i} (1 - h_j): the product of what lies above, from the top down.
     above = np.concatenate([np.cumprod((1.0 - keep[1:])[::-1])[::-1], [1.0]])
     stop = keep * above
-    tokens = np.stack([emission_law(target, draft, weights, i) for i in range(n + 1)])
+    # The emitted token after m = i < n: the weighted residual at row i; after m = n: the bonus, p_n.
+    tokens = np.stack([residual(weights[i], target[i], draft[i]) for i in range(n)] + [target[n]])
     return BlockLaw(weights=weights, keep=keep, stop_probs=stop, token_probs=tokens)
 
 
 def kept_drafts(keep: F64Array, uniforms: F64Array) -> int:
     """``m`` from the keep probabilities and the uniforms ``eta_1 .. eta_n`` (``uniforms[i - 1]``):
     the largest ``i`` with ``eta_i < h_i``, or 0."""
-    n = keep.size - 1
-    for i in range(n, 0, -1):
-        if uniforms[i - 1] < keep[i]:
-            return i
-    return 0
+    return next((i for i in range(keep.size - 1, 0, -1) if uniforms[i - 1] < keep[i]), 0)

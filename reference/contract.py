@@ -31,9 +31,8 @@ METHODS: tuple[str, ...] = tuple(METHOD_TABLE)
 LOGIT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 INDEX_DTYPES = (torch.int32, torch.int64)
 
-# The canonical random streams give each request 128 positions and 2**22 token lanes.
-MAX_POSITIONS = 128
-MAX_NUM_DRAFTS = MAX_POSITIONS - 1
+# The canonical streams give a request 128 positions (its drafts, then the bonus) and 2**22 token lanes.
+MAX_NUM_DRAFTS = 128 - 1
 MAX_VOCAB_SIZE = 1 << 22
 # A step must leave the offset layout injective: (step * 128 + i) * 4 + purpose < 2**42.
 MAX_STEP = 1 << 32
@@ -92,24 +91,19 @@ class SpecBatch:
 
     def num_drafts(self) -> list[int]:
         """The per-request draft counts ``n_b`` (reads ``cu_num_drafts`` on the host)."""
-        cu = self.cu_num_drafts.detach().cpu().to(torch.int64)
-        return (cu[1:] - cu[:-1]).tolist()
+        return self.cu_num_drafts.detach().cpu().to(torch.int64).diff().tolist()
 
     def resolved_max_num_drafts(self) -> int:
         """``max(n_b)``: the host hint when given, else read from ``cu_num_drafts``."""
-        if self.max_num_drafts is not None:
-            return self.max_num_drafts
-        counts = self.num_drafts()
-        return max(counts) if counts else 0
+        return self.max_num_drafts if self.max_num_drafts is not None else max(self.num_drafts(), default=0)
 
     def validate(self, *, check_values: bool = True) -> None:
         """Raise ``ValueError`` naming the argument and the value if the batch breaks the contract.
 
         Structural checks (shapes, dtypes, devices, contiguity) need no device synchronisation and
-        always run. ``check_values`` adds the checks that read tensor contents: the counts, the slots,
-        temperatures and steps. NaN logits and draft ids outside ``[-1, V)`` are not errors: the
-        semantics define them (NaN counts as ``-inf``, such an id as a placeholder); see
-        `odd_values`.
+        always run; ``check_values`` adds those that read tensor contents (counts, slots, temperatures,
+        steps). NaN logits and draft ids outside ``[-1, V)`` are no errors: their semantics are defined
+        (NaN counts as ``-inf``, such an id as a placeholder); see `odd_values`.
         """
         validate_batch(self, check_values=check_values)
 
@@ -209,44 +203,30 @@ class Capabilities:
         logits = [batch.target_logits] + ([] if batch.draft_logits is None else [batch.draft_logits])
         infinite = any(bool(t.isposinf().any() or (~torch.isfinite(t).any(dim=-1)).any()) for t in logits)
         temperature = batch.temperature.detach().cpu()
+        cool = bool(((temperature > 0) & (temperature < self.greedy_below)).any())
         ids = batch.draft_token_ids.detach().cpu()
+        out_of_range = bool(((ids < -1) | (ids >= batch.vocab_size)).any())
         checks = (
             (batch.method in self.methods, f"method {batch.method}"),
             (batch.target_logits.dtype in self.dtypes, f"dtype {batch.target_logits.dtype}"),
             (kind in self.draft_kinds, f"{kind} draft logits"),
             (batch.vocab_size <= self.max_vocab, f"vocabulary size {batch.vocab_size}"),
             (self.nan_logits or not any(bool(t.isnan().any()) for t in logits), "NaN logits"),
-            (
-                self.infinite_logits or not infinite,
-                "+inf logits or a row with no finite logit",
-            ),
-            (
-                not bool(((temperature > 0) & (temperature < self.greedy_below)).any()),
-                f"a temperature in (0, {self.greedy_below:g})",
-            ),
-            (
-                self.out_of_range_ids or not bool(((ids < -1) | (ids >= batch.vocab_size)).any()),
-                "draft ids outside [-1, V)",
-            ),
+            (self.infinite_logits or not infinite, "+inf logits or a row with no finite logit"),
+            (not cool, f"a temperature in (0, {self.greedy_below:g})"),
+            (self.out_of_range_ids or not out_of_range, "draft ids outside [-1, V)"),
         )
         return next((text for inside, text in checks if not inside), None)
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the field and the value of a capability the harness does not know."""
-        unknown = [m for m in self.methods if m not in METHODS]
-        if unknown or not self.methods:
-            raise _fail(
-                "capabilities.methods", f"is {self.methods}; expected a non-empty subset of {METHODS}"
-            )
-        if not self.dtypes or any(d not in LOGIT_DTYPES for d in self.dtypes):
-            raise _fail(
-                "capabilities.dtypes", f"is {self.dtypes}; expected a non-empty subset of {LOGIT_DTYPES}"
-            )
-        if not self.draft_kinds or any(k not in DRAFT_KINDS for k in self.draft_kinds):
-            raise _fail(
-                "capabilities.draft_kinds",
-                f"is {self.draft_kinds}; expected a non-empty subset of {DRAFT_KINDS}",
-            )
+        for name, chosen, known in (
+            ("methods", self.methods, METHODS),
+            ("dtypes", self.dtypes, LOGIT_DTYPES),
+            ("draft_kinds", self.draft_kinds, DRAFT_KINDS),
+        ):
+            if not chosen or any(c not in known for c in chosen):
+                raise _fail(f"capabilities.{name}", f"is {chosen}; expected a non-empty subset of {known}")
         if self.arithmetic not in ("log", "fp32-probs"):
             raise _fail("capabilities.arithmetic", f"is {self.arithmetic!r}; expected 'log' or 'fp32-probs'")
         if not (self.greedy_below >= 0 and np.isfinite(self.greedy_below)):
@@ -268,7 +248,6 @@ def capabilities(variant: object) -> Capabilities:
     return declared
 
 
-# ---------------------------------------------------------------------------------------------
 # Validation
 
 
@@ -277,8 +256,14 @@ def _fail(argument: str, problem: str) -> ValueError:
 
 
 def _check_tensor(
-    name: str, value: object, dims: tuple[int, ...], dtypes: tuple[torch.dtype, ...], device: torch.device
+    name: str,
+    value: object,
+    dims: tuple[int, ...],
+    dtypes: tuple[torch.dtype, ...],
+    device: torch.device | None = None,
+    num_requests: int | None = None,
 ) -> torch.Tensor:
+    """``value``, checked: a tensor of ``dims`` and ``dtypes`` on ``device``, ``[num_requests]`` long."""
     if not isinstance(value, torch.Tensor):
         raise _fail(name, f"is {type(value).__name__}; expected a torch.Tensor")
     if value.dim() not in dims:
@@ -286,20 +271,19 @@ def _check_tensor(
     if value.dtype not in dtypes:
         expected = ", ".join(str(d).removeprefix("torch.") for d in dtypes)
         raise _fail(name, f"has dtype {value.dtype}; expected one of {expected}")
-    if value.device != device:
+    if device is not None and value.device != device:
         raise _fail(name, f"is on device {value.device}; expected {device} (the device of target_logits)")
     if value.dim() > 0 and value.shape[-1] > 1 and value.stride(-1) != 1:
         raise _fail(name, f"has stride {value.stride()}; rows must be contiguous (last stride 1)")
+    if num_requests is not None and value.shape[0] != num_requests:
+        raise _fail(name, f"has shape {tuple(value.shape)}; expected [B] = [{num_requests}]")
     return value
 
 
 def validate_batch(batch: SpecBatch, *, check_values: bool = True) -> None:
     """See `SpecBatch.validate`."""
-    target = batch.target_logits
-    if not isinstance(target, torch.Tensor):
-        raise _fail("target_logits", f"is {type(target).__name__}; expected a torch.Tensor")
+    target = _check_tensor("target_logits", batch.target_logits, (2,), LOGIT_DTYPES)
     device = target.device
-    _check_tensor("target_logits", target, (2,), LOGIT_DTYPES, device)
     num_rows, vocab_size = target.shape
     if not 1 <= vocab_size <= MAX_VOCAB_SIZE:
         raise _fail("target_logits", f"has vocab size {vocab_size}; expected 1 <= V <= {MAX_VOCAB_SIZE}")
@@ -313,11 +297,8 @@ def validate_batch(batch: SpecBatch, *, check_values: bool = True) -> None:
     num_draft_rows = num_rows - num_requests
     if num_draft_rows < 0:
         raise _fail("target_logits", f"has {num_rows} rows; expected at least B = {num_requests}")
-    for name in ("temperature", "seed", "step"):
-        dtypes = (torch.float32,) if name == "temperature" else (torch.int64,)
-        tensor = _check_tensor(name, getattr(batch, name), (1,), dtypes, device)
-        if tensor.shape[0] != num_requests:
-            raise _fail(name, f"has shape {tuple(tensor.shape)}; expected [B] = [{num_requests}]")
+    for name, dtype in (("temperature", torch.float32), ("seed", torch.int64), ("step", torch.int64)):
+        _check_tensor(name, getattr(batch, name), (1,), (dtype,), device, num_requests)
     ids = _check_tensor("draft_token_ids", batch.draft_token_ids, (1,), (torch.int64,), device)
     if ids.shape[0] != num_draft_rows:
         raise _fail(
@@ -326,8 +307,7 @@ def validate_batch(batch: SpecBatch, *, check_values: bool = True) -> None:
             f"(target_logits rows {num_rows} minus B = {num_requests})",
         )
 
-    draft = batch.draft_logits
-    slot = batch.draft_slot
+    draft, slot = batch.draft_logits, batch.draft_slot
     if draft is None:
         if slot is not None:
             raise _fail("draft_slot", "is given but draft_logits is None; slots index [S, K, V] draft logits")
@@ -346,22 +326,26 @@ def validate_batch(batch: SpecBatch, *, check_values: bool = True) -> None:
         else:
             if slot is None:
                 raise _fail("draft_slot", "is None but draft_logits is slotted [S, K, V]; expected [B] slots")
-            _check_tensor("draft_slot", slot, (1,), INDEX_DTYPES, device)
-            if slot.shape[0] != num_requests:
-                raise _fail("draft_slot", f"has shape {tuple(slot.shape)}; expected [B] = [{num_requests}]")
+            _check_tensor("draft_slot", slot, (1,), INDEX_DTYPES, device, num_requests)
 
     if METHOD_TABLE[batch.method].takes_rates:
         rates = batch.synthetic_rates
         if rates is None:
             raise _fail("synthetic_rates", f"is None; method {batch.method!r} needs [K] conditional rates")
         _check_tensor("synthetic_rates", rates, (1,), (torch.float64,), device)
-    if batch.max_num_drafts is not None and not 0 <= batch.max_num_drafts <= MAX_NUM_DRAFTS:
-        raise _fail(
-            "max_num_drafts", f"is {batch.max_num_drafts}; expected 0 <= max_num_drafts <= {MAX_NUM_DRAFTS}"
-        )
+    hint = batch.max_num_drafts
+    if hint is not None and not 0 <= hint <= MAX_NUM_DRAFTS:
+        raise _fail("max_num_drafts", f"is {hint}; expected 0 <= max_num_drafts <= {MAX_NUM_DRAFTS}")
 
     if check_values:
         _validate_values(batch, num_draft_rows)
+
+
+def _check_entries(name: str, values: torch.Tensor, ok: torch.Tensor, expected: str) -> None:
+    """Raise the ``ValueError`` naming the first entry of ``values`` where ``ok`` is false."""
+    if not bool(ok.all()):
+        i = int(torch.nonzero(~ok)[0, 0])
+        raise _fail(name, f"[{i}] is {values[i].item()}; expected {expected}")
 
 
 def _validate_values(batch: SpecBatch, num_draft_rows: int) -> None:
@@ -387,24 +371,16 @@ def _validate_values(batch: SpecBatch, num_draft_rows: int) -> None:
         raise _fail("max_num_drafts", f"is {batch.max_num_drafts}; cu_num_drafts gives {max_count}")
 
     temperature = batch.temperature.detach().cpu()
-    bad = ~(torch.isfinite(temperature) & (temperature >= 0))
-    if bool(bad.any()):
-        b = int(torch.nonzero(bad)[0, 0])
-        raise _fail("temperature", f"[{b}] is {float(temperature[b])}; expected a finite value >= 0")
+    ok = torch.isfinite(temperature) & (temperature >= 0)
+    _check_entries("temperature", temperature, ok, "a finite value >= 0")
     step = batch.step.detach().cpu()
-    bad = (step < 0) | (step >= MAX_STEP)
-    if bool(bad.any()):
-        b = int(torch.nonzero(bad)[0, 0])
-        raise _fail("step", f"[{b}] is {int(step[b])}; expected 0 <= step < 2**32")
+    _check_entries("step", step, (step >= 0) & (step < MAX_STEP), "0 <= step < 2**32")
 
     if batch.slotted:
         assert batch.draft_logits is not None and batch.draft_slot is not None
         num_slots, capacity = batch.draft_logits.shape[:2]
         slot = batch.draft_slot.detach().cpu().to(torch.int64)
-        bad = (slot < 0) | (slot >= num_slots)
-        if bool(bad.any()):
-            b = int(torch.nonzero(bad)[0, 0])
-            raise _fail("draft_slot", f"[{b}] is {int(slot[b])}; expected a slot in [0, {num_slots})")
+        _check_entries("draft_slot", slot, (slot >= 0) & (slot < num_slots), f"a slot in [0, {num_slots})")
         if max_count > capacity:
             raise _fail("draft_logits", f"holds K = {capacity} drafts per slot; a request has {max_count}")
 
@@ -413,26 +389,17 @@ def _validate_values(batch: SpecBatch, num_draft_rows: int) -> None:
         rates = batch.synthetic_rates.detach().cpu()
         if rates.shape[0] < max_count:
             raise _fail("synthetic_rates", f"has {rates.shape[0]} rates; a request has {max_count} drafts")
-        bad = ~((rates >= 0) & (rates <= 1))
-        if bool(bad.any()):
-            k = int(torch.nonzero(bad)[0, 0])
-            raise _fail("synthetic_rates", f"[{k}] is {float(rates[k])}; expected a rate in [0, 1]")
+        _check_entries("synthetic_rates", rates, (rates >= 0) & (rates <= 1), "a rate in [0, 1]")
 
 
 def odd_values(batch: SpecBatch) -> list[str]:
-    """Describe the legal but odd values of a batch: NaN or infinite logits, out-of-range draft ids.
-
-    They have defined semantics (NaN counts as ``-inf``; an id outside ``[0, V)`` is a placeholder),
-    so validation accepts them; a caller who wants them flagged asks here.
-    """
+    """The legal but odd values of ``batch``, one note each: NaN or infinite logits, draft ids outside
+    ``[-1, V)``. Their semantics are defined, so `SpecBatch.validate` accepts them; this flags them."""
     notes = []
-    logits = [("target_logits", batch.target_logits)]
-    if batch.draft_logits is not None:
-        logits.append(("draft_logits", batch.draft_logits))
-    for name, tensor in logits:
-        if bool(torch.isnan(tensor).any()):
+    for name, tensor in (("target_logits", batch.target_logits), ("draft_logits", batch.draft_logits)):
+        if tensor is not None and bool(torch.isnan(tensor).any()):
             notes.append(f"{name} has NaN entries (read as -inf)")
-        if bool(torch.isinf(tensor).any()):
+        if tensor is not None and bool(torch.isinf(tensor).any()):
             notes.append(f"{name} has infinite entries")
     ids = batch.draft_token_ids
     out_of_range = (ids < -1) | (ids >= batch.vocab_size)
@@ -441,7 +408,6 @@ def odd_values(batch: SpecBatch) -> list[str]:
     return notes
 
 
-# ---------------------------------------------------------------------------------------------
 # Building batches and splitting outputs
 
 
@@ -493,11 +459,8 @@ def make_batch(
 
     targets = [as_tensor(r.target_logits, torch.float64) for r in requests]
     for b, r in enumerate(requests):
-        raw = (
-            r.draft_token_ids
-            if isinstance(r.draft_token_ids, torch.Tensor)
-            else np.asarray(r.draft_token_ids)
-        )
+        given = r.draft_token_ids
+        raw = given if isinstance(given, torch.Tensor) else np.asarray(given)
         if raw.dtype not in (torch.int32, torch.int64, np.dtype(np.int32), np.dtype(np.int64)) and len(raw):
             raise _fail(f"requests[{b}].draft_token_ids", f"has dtype {raw.dtype}; expected integers")
         for name in ("seed", "step"):
@@ -512,14 +475,15 @@ def make_batch(
                 f"requests[{b}].target_logits",
                 f"has shape {tuple(t.shape)}; expected [n + 1, V] with n = {n} and the V of request 0",
             )
-    cu = torch.tensor([0, *np.cumsum(counts)], dtype=torch.int32)
+    dev = torch.device(device)
+    cu = torch.tensor([0, *np.cumsum(counts)], dtype=torch.int32, device=dev)
     vocab_size = targets[0].shape[1]
     draft_logits: torch.Tensor | None = None
     draft_slot: torch.Tensor | None = None
     if all(has_draft):
         drafts = [as_tensor(r.draft_logits, torch.float64) for r in requests]  # type: ignore[arg-type]
         if slots is None:
-            draft_logits = torch.cat(drafts).reshape(-1, vocab_size).to(dtype)
+            draft_logits = torch.cat(drafts).reshape(-1, vocab_size).to(dev, dtype)
         else:
             if len(slots) != len(requests):
                 raise _fail("slots", f"has {len(slots)} entries; expected one per request ({len(requests)})")
@@ -534,29 +498,22 @@ def make_batch(
             buffer = torch.zeros(num, capacity, vocab_size, dtype=torch.float64)
             for s, d in zip(slots, drafts, strict=True):
                 buffer[s, : d.shape[0]] = d
-            draft_logits = buffer.to(dtype)
-            draft_slot = torch.tensor(list(slots), dtype=torch.int64)
+            draft_logits = buffer.to(dev, dtype)
+            draft_slot = torch.tensor(list(slots), dtype=torch.int64, device=dev)
     elif slots is not None:
         raise _fail("slots", "is given but the requests have no draft logits")
-    rates = (
-        None if synthetic_rates is None else torch.as_tensor(np.asarray(synthetic_rates, dtype=np.float64))
-    )
-    dev = torch.device(device)
-
-    def move(t: torch.Tensor | None) -> torch.Tensor | None:
-        return None if t is None else t.to(dev)
-
+    rates = None if synthetic_rates is None else np.asarray(synthetic_rates, dtype=np.float64)
     batch = SpecBatch(
-        target_logits=torch.cat(targets).to(dtype).to(dev),
-        draft_logits=move(draft_logits),
+        target_logits=torch.cat(targets).to(dev, dtype),
+        draft_logits=draft_logits,
         draft_token_ids=torch.cat(ids).to(dev),
-        cu_num_drafts=cu.to(dev),
+        cu_num_drafts=cu,
         temperature=torch.tensor([r.temperature for r in requests], dtype=torch.float32, device=dev),
         seed=torch.tensor([r.seed for r in requests], dtype=torch.int64, device=dev),
         step=torch.tensor([r.step for r in requests], dtype=torch.int64, device=dev),
         method=method,
-        synthetic_rates=move(rates),
-        draft_slot=move(draft_slot),
+        synthetic_rates=None if rates is None else torch.as_tensor(rates, device=dev),
+        draft_slot=draft_slot,
         max_num_drafts=max(counts),
     )
     batch.validate()
@@ -578,36 +535,23 @@ def split_output(output: SpecOutput) -> list[RequestOutput]:
     emitted = output.num_emitted.detach().cpu().tolist()
     logprobs = None if output.logprobs is None else output.logprobs.detach().cpu().tolist()
     return [
-        RequestOutput(
-            token_ids=tokens[b][: emitted[b]],
-            num_accepted=emitted[b] - 1,
-            logprobs=None if logprobs is None else logprobs[b][: emitted[b]],
-        )
-        for b in range(len(emitted))
+        RequestOutput(row[:n], n - 1, None if logprobs is None else logprobs[b][:n])
+        for b, (row, n) in enumerate(zip(tokens, emitted, strict=True))
     ]
 
 
 def validate_output(output: SpecOutput, batch: SpecBatch) -> None:
     """Raise ``ValueError`` if an output's shapes and dtypes break the contract for ``batch``."""
-    width = batch.resolved_max_num_drafts() + 1
-    shape = (batch.num_requests, width)
-    if output.token_ids.dtype != torch.int64 or tuple(output.token_ids.shape) != shape:
-        raise _fail(
-            "token_ids",
-            f"has dtype {output.token_ids.dtype} and shape "
-            f"{tuple(output.token_ids.shape)}; expected int64 {shape}",
-        )
-    if output.num_emitted.dtype != torch.int32 or tuple(output.num_emitted.shape) != shape[:1]:
-        raise _fail(
-            "num_emitted",
-            f"has dtype {output.num_emitted.dtype} and shape "
-            f"{tuple(output.num_emitted.shape)}; expected int32 {shape[:1]}",
-        )
-    if output.logprobs is not None and (
-        output.logprobs.dtype != torch.float32 or tuple(output.logprobs.shape) != shape
+    shape = (batch.num_requests, batch.resolved_max_num_drafts() + 1)
+    for name, dtype, expected in (
+        ("token_ids", torch.int64, shape),
+        ("num_emitted", torch.int32, shape[:1]),
+        ("logprobs", torch.float32, shape),
     ):
-        raise _fail(
-            "logprobs",
-            f"has dtype {output.logprobs.dtype} and shape "
-            f"{tuple(output.logprobs.shape)}; expected float32 {shape}",
-        )
+        tensor = getattr(output, name)
+        if tensor is not None and (tensor.dtype != dtype or tuple(tensor.shape) != expected):
+            raise _fail(
+                name,
+                f"has dtype {tensor.dtype} and shape {tuple(tensor.shape)}; "
+                f"expected {str(dtype).removeprefix('torch.')} {expected}",
+            )

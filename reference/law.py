@@ -2,14 +2,9 @@
 
 Per request, with target laws ``p_0 .. p_n`` (row ``n`` is the bonus row), draft laws
 ``q_0 .. q_{n-1}`` and drafts ``d_i``, the output is ``(m, y)``: ``m`` drafts accepted, then one
-emitted token ``y``. Position ``i`` follows the rules of `reference.methods`:
-
-- a placeholder (``-1``, or any id outside ``[0, V)``) is rejected with certainty and ``y ~ p_i``;
-- a greedy row (``T == 0``) has ``p_i = onehot(argmax)``, ties to the lowest index;
-- otherwise the method's own rule gives the acceptance probability of ``d_i`` and the law of ``y``
-  if it is rejected (probabilistic: ``min(1, p(d) / q(d))`` and the residual ``(p - q)+``; strict:
-  ``p(d)`` and ``p`` without ``d``; synthetic: the rate ``c_i`` and ``p``);
-- all ``n`` accepted: ``y ~ p_n``, the bonus row.
+emitted token ``y``. Position ``i`` follows the rules of `reference.methods` (a placeholder is any
+id outside ``[0, V)``; a greedy row has ``p_i = onehot(argmax)``, ties to the lowest index); with all
+``n`` accepted, ``y ~ p_n``, the bonus row.
 
 Block verification (``verifies_jointly`` in the method table) has no per-position rule: its law of
 ``(m, y)`` is `reference.block.block_law` on the same laws ``p_i`` and ``q_i`` (after temperature;
@@ -30,9 +25,11 @@ and the row renormalised.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import torch
 
 from . import block, methods
 from .contract import FP32_TINY, Arithmetic, SpecBatch
@@ -57,11 +54,14 @@ def greedy_token(logits: npt.ArrayLike) -> I64Array:
     return np.asarray(np.argmax(clean(logits), axis=-1), dtype=np.int64)
 
 
-def row_probs(logits: npt.ArrayLike, temperature: npt.ArrayLike) -> F64Array:
-    """The law ``softmax(logits / T)`` of each row; ``T == 0`` gives ``onehot(argmax)``.
+def one_hot(ids: npt.ArrayLike, vocab_size: int) -> F64Array:
+    """Rows ``[..., V]`` with 1 at each id, all 0 at a placeholder ``-1``."""
+    return np.asarray(np.arange(vocab_size) == np.asarray(ids)[..., None], dtype=np.float64)
 
-    ``temperature`` is one value, or one per row.
-    """
+
+def row_probs(logits: npt.ArrayLike, temperature: npt.ArrayLike) -> F64Array:
+    """The law ``softmax(logits / T)`` of each row, ``T`` one value or one per row; ``T == 0`` gives
+    ``onehot(argmax)``."""
     x = clean(logits)
     t = np.minimum(np.asarray(temperature, dtype=np.float64), MAX_TEMPERATURE)[..., None]
     top = x.max(axis=-1, keepdims=True)
@@ -73,8 +73,14 @@ def row_probs(logits: npt.ArrayLike, temperature: npt.ArrayLike) -> F64Array:
         posinf.any(axis=-1, keepdims=True), posinf / np.maximum(posinf.sum(-1, keepdims=True), 1), weights
     )
     weights = np.where(np.isneginf(top), 1.0 / x.shape[-1], weights)
-    onehot = np.arange(x.shape[-1]) == greedy_token(x)[..., None]
-    return np.asarray(np.where(t == 0.0, onehot, weights), dtype=np.float64)
+    return np.asarray(np.where(t == 0.0, one_hot(greedy_token(x), x.shape[-1]), weights), dtype=np.float64)
+
+
+def token_logprobs(logits: F64Array, temperature: F64Array, tokens: I64Array) -> npt.NDArray[np.float32]:
+    """``log softmax(logits / T)`` at each row's token, float32; ``T = 1`` for greedy rows."""
+    law = row_probs(logits, np.where(temperature > 0, temperature, 1.0))
+    with np.errstate(divide="ignore"):
+        return np.log(law[np.arange(tokens.size), np.maximum(tokens, 0)]).astype(np.float32)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -120,44 +126,98 @@ class RequestInputs:
         """``[n, V]`` the draft laws ``q_i = softmax(draft / T)``, or one-hot on the drafts."""
         if self.draft_logits is not None:
             return row_probs(self.draft_logits, self.temperature)
-        vocab = np.arange(self.target_logits.shape[1])
-        return np.asarray(vocab == self.draft_token_ids[:, None], dtype=np.float64)
+        return one_hot(self.draft_token_ids, self.target_logits.shape[1])
+
+
+def _host(tensor: torch.Tensor | None, dtype: torch.dtype = torch.float64) -> Any:
+    """``tensor`` as a numpy array of ``dtype`` on the host; ``None`` stays ``None``."""
+    return None if tensor is None else tensor.detach().cpu().to(dtype).numpy()
+
+
+@dataclass(frozen=True)
+class BatchRows:
+    """A batch read once into float64 numpy arrays, with accessors by request and position.
+
+    Attributes:
+        target: ``[R, V]`` target logits.
+        draft: ``[D, V]`` or ``[S, K, V]`` draft logits, or ``None`` for one-hot drafts.
+        slot: ``[B]`` draft slots (slotted drafts), else ``None``.
+        ids: ``[D]`` draft ids, every id outside ``[0, V)`` read as ``-1``.
+        starts, counts: ``[B]`` each request's first draft index and draft count.
+        temperature, seed, step: ``[B]`` each, seeds and steps int64.
+        rates: ``[K]`` synthetic conditional rates, else ``None``.
+        method: the batch's method.
+    """
+
+    target: F64Array
+    draft: F64Array | None
+    slot: I64Array | None
+    ids: I64Array
+    starts: I64Array
+    counts: I64Array
+    temperature: F64Array
+    seed: I64Array
+    step: I64Array
+    rates: F64Array | None
+    method: str
+
+    @classmethod
+    def of(cls, batch: SpecBatch) -> BatchRows:
+        """Read ``batch`` (on any device) to the CPU once."""
+        batch.validate()
+        ids, cu = _host(batch.draft_token_ids, torch.int64), _host(batch.cu_num_drafts, torch.int64)
+        return cls(
+            target=_host(batch.target_logits),
+            draft=_host(batch.draft_logits),
+            slot=_host(batch.draft_slot, torch.int64),
+            ids=np.where((ids >= 0) & (ids < batch.vocab_size), ids, -1),
+            starts=cu[:-1],
+            counts=np.diff(cu),
+            temperature=_host(batch.temperature),
+            seed=_host(batch.seed, torch.int64),
+            step=_host(batch.step, torch.int64),
+            rates=_host(batch.synthetic_rates) if methods.METHODS[batch.method].takes_rates else None,
+            method=batch.method,
+        )
+
+    def target_rows(self, requests: I64Array, position: npt.ArrayLike) -> F64Array:
+        """``[A, V]`` row ``position`` of each request's target rows."""
+        at = np.asarray(position, dtype=np.int64)
+        return np.asarray(self.target[self.starts[requests] + requests + at])
+
+    def draft_rows(self, requests: I64Array, position: npt.ArrayLike) -> F64Array | None:
+        """``[A, V]`` draft row ``position`` of each request, read through its slot when slotted."""
+        at = np.asarray(position, dtype=np.int64)
+        if self.draft is None:
+            return None
+        if self.slot is None:
+            return np.asarray(self.draft[np.minimum(self.starts[requests] + at, self.draft.shape[0] - 1)])
+        return np.asarray(self.draft[self.slot[requests], np.minimum(at, self.draft.shape[1] - 1)])
+
+    def draft_ids(self, requests: I64Array, position: npt.ArrayLike) -> I64Array:
+        """``[A]`` the draft at ``position`` of each request, ``-1`` where it has none."""
+        at = np.asarray(position, dtype=np.int64)
+        if self.ids.size == 0:
+            return np.full(requests.shape, -1, dtype=np.int64)
+        index = np.minimum(self.starts[requests] + at, self.ids.shape[0] - 1)
+        return np.where(at < self.counts[requests], self.ids[index], -1)
 
 
 def request_inputs(batch: SpecBatch) -> list[RequestInputs]:
     """Split a batch into per-request float64 inputs, reading slotted drafts through ``draft_slot``."""
-    batch.validate()
-    target = batch.target_logits.detach().cpu().double().numpy()
-    draft = None if batch.draft_logits is None else batch.draft_logits.detach().cpu().double().numpy()
-    slot = None if batch.draft_slot is None else batch.draft_slot.detach().cpu().numpy()
-    ids = batch.draft_token_ids.detach().cpu().numpy().astype(np.int64)
-    ids = np.where((ids >= 0) & (ids < batch.vocab_size), ids, -1)
-    cu = batch.cu_num_drafts.detach().cpu().numpy().astype(np.int64)
-    temperature = batch.temperature.detach().cpu().numpy()
-    seed = batch.seed.detach().cpu().numpy()
-    step = batch.step.detach().cpu().numpy()
-    rates = None if batch.synthetic_rates is None else batch.synthetic_rates.detach().cpu().numpy()
+    rows = BatchRows.of(batch)
     requests = []
-    for b in range(batch.num_requests):
-        start, end = int(cu[b]), int(cu[b + 1])
-        n = end - start
-        if draft is None:
-            draft_rows = None
-        elif slot is None:
-            draft_rows = draft[start:end]
-        else:
-            draft_rows = draft[int(slot[b]), :n]
+    for b, n in enumerate(rows.counts.tolist()):
+        request, positions = np.full(n, b), np.arange(n)
         requests.append(
             RequestInputs(
-                target_logits=target[start + b : end + b + 1],
-                draft_logits=draft_rows,
-                draft_token_ids=ids[start:end],
-                temperature=float(temperature[b]),
-                seed=int(seed[b]),
-                step=int(step[b]),
-                synthetic_rates=rates[:n]
-                if rates is not None and methods.METHODS[batch.method].takes_rates
-                else None,
+                target_logits=rows.target_rows(np.full(n + 1, b), np.arange(n + 1)),
+                draft_logits=rows.draft_rows(request, positions),
+                draft_token_ids=rows.draft_ids(request, positions),
+                temperature=float(rows.temperature[b]),
+                seed=int(rows.seed[b]),
+                step=int(rows.step[b]),
+                synthetic_rates=None if rows.rates is None else rows.rates[:n],
             )
         )
     return requests

@@ -105,9 +105,7 @@ class Method:
         """The law of ``y`` once ``token`` (a real draft) is rejected at a sampled row (rows ``[..., V]``)."""
         raise NotImplementedError
 
-    def decide(
-        self, target_prob: F64Array, draft_prob: F64Array, uniform: F64Array, rate: F64Array
-    ) -> BoolArray:
+    def decide(self, target_prob: F64Array, draft_prob: F64Array, u: F64Array, rate: F64Array) -> BoolArray:
         """Whether the drafts are accepted, from the sampler's acceptance uniforms (``[A]`` arrays)."""
         raise NotImplementedError
 
@@ -132,11 +130,9 @@ class Probabilistic(Method):
         """The residual ``(p - q)+`` normalised, ``p`` when it has no mass."""
         return residual_law(target, draft)
 
-    def decide(
-        self, target_prob: F64Array, draft_prob: F64Array, uniform: F64Array, rate: F64Array
-    ) -> BoolArray:
+    def decide(self, target_prob: F64Array, draft_prob: F64Array, u: F64Array, rate: F64Array) -> BoolArray:
         """``p(d) > u * q(d)``."""
-        return accepts(target_prob, draft_prob, uniform)
+        return accepts(target_prob, draft_prob, u)
 
 
 class Strict(Method):
@@ -176,11 +172,9 @@ class Synthetic(Method):
         """``p``."""
         return target
 
-    def decide(
-        self, target_prob: F64Array, draft_prob: F64Array, uniform: F64Array, rate: F64Array
-    ) -> BoolArray:
+    def decide(self, target_prob: F64Array, draft_prob: F64Array, u: F64Array, rate: F64Array) -> BoolArray:
         """``u < c_i``."""
-        return np.asarray(uniform < rate)
+        return np.asarray(u < rate)
 
 
 class Block(Method):

@@ -28,14 +28,12 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from .law import MAX_TEMPERATURE, row_probs
+from .law import MAX_TEMPERATURE, F64Array, I64Array, clean, one_hot, row_probs
 from .schemes import EPS32, TOL_ULPS, Noise
 
 LOG_ZERO = -1075 * math.log(2.0)
 LOG_SUBNORMAL = -700.0
 
-F64Array = npt.NDArray[np.float64]
-I64Array = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 
 
@@ -49,16 +47,16 @@ class LogLaw:
 
 def log_law(logits: F64Array, temperature: F64Array) -> LogLaw:
     """The log-domain law of every row (``T = 1`` for greedy rows) and the float32 tolerance of each entry."""
-    clean = np.where(np.isnan(logits), -np.inf, logits)
+    x = clean(logits)
     t = np.minimum(np.where(temperature > 0, temperature, 1.0), MAX_TEMPERATURE)[:, None]
-    row_max = clean.max(axis=1, keepdims=True)
+    row_max = x.max(axis=1, keepdims=True)
     with np.errstate(invalid="ignore"):
-        scaled = np.where(clean == row_max, 0.0, (clean - row_max) / t)
-    scaled = np.where(np.isposinf(row_max), np.where(np.isposinf(clean), 0.0, -np.inf), scaled)
+        scaled = np.where(x == row_max, 0.0, (x - row_max) / t)
+    scaled = np.where(np.isposinf(row_max), np.where(np.isposinf(x), 0.0, -np.inf), scaled)
     scaled = np.where(np.isneginf(row_max), 0.0, scaled)
     log_probs = scaled - np.log(np.exp(scaled).sum(axis=1, keepdims=True))
     finite = np.isfinite(scaled)
-    bits = np.abs(np.where(finite, scaled, 0.0)) + 4 + math.log2(clean.shape[1])
+    bits = np.abs(np.where(finite, scaled, 0.0)) + 4 + math.log2(x.shape[1])
     return LogLaw(log_probs, np.where(finite, TOL_ULPS * EPS32 * bits, 0.0))
 
 
@@ -79,29 +77,32 @@ def near_argmax(winner: I64Array, low: F64Array, high: F64Array) -> BoolArray:
 
 def target_intervals(law: LogLaw, noise: Noise) -> tuple[F64Array, F64Array]:
     """Bounds of the Gumbel-max keys ``log p + g`` a float32 kernel may compute."""
-    ambiguous = zero_ambiguous(law.log_probs, law.tolerance)
-    alive = law.log_probs > LOG_ZERO + law.tolerance
-    high = np.where(
-        alive | ambiguous, law.log_probs + law.tolerance + noise.gumbel + noise.tolerance, -np.inf
-    )
-    low = np.where(
-        alive & ~ambiguous, law.log_probs - law.tolerance + noise.gumbel - noise.tolerance, -np.inf
-    )
+    log_p, tol = law.log_probs, law.tolerance
+    ambiguous, alive = zero_ambiguous(log_p, tol), log_p > LOG_ZERO + tol
+    high = np.where(alive | ambiguous, log_p + tol + noise.gumbel + noise.tolerance, -np.inf)
+    low = np.where(alive & ~ambiguous, log_p - tol + noise.gumbel - noise.tolerance, -np.inf)
     return low, high
+
+
+def draw_near(choice: I64Array, logits: F64Array, temperature: F64Array, noise: Noise) -> BoolArray:
+    """Whether Gumbel-max draws ``choice`` from the target laws of ``logits`` could flip in float32."""
+    return near_argmax(choice, *target_intervals(log_law(logits, temperature), noise))
+
+
+def _at_drafts(logits: F64Array | None, temperature: F64Array, ids: I64Array) -> tuple[F64Array, F64Array]:
+    """The log law at each row's draft and its tolerance; 0 and 0 (one-hot drafts) for ``None``."""
+    if logits is None:
+        return np.zeros(ids.size), np.zeros(ids.size)
+    law, rows, safe = log_law(logits, temperature), np.arange(ids.size), np.maximum(ids, 0)
+    return law.log_probs[rows, safe], law.tolerance[rows, safe]
 
 
 def acceptance_near(
     target_logits: F64Array, draft_logits: F64Array | None, temperature: F64Array, ids: I64Array, u: F64Array
 ) -> BoolArray:
     """Whether ``log p(d) - log u - log q(d)`` lies within float32 tolerance of 0 (or of zero mass)."""
-    rows, safe = np.arange(ids.size), np.maximum(ids, 0)
-    law = log_law(target_logits, temperature)
-    log_p, tol_p = law.log_probs[rows, safe], law.tolerance[rows, safe]
-    if draft_logits is None:
-        log_q, tol_q = np.zeros(ids.size), np.zeros(ids.size)
-    else:
-        draft_law = log_law(draft_logits, temperature)
-        log_q, tol_q = draft_law.log_probs[rows, safe], draft_law.tolerance[rows, safe]
+    log_p, tol_p = _at_drafts(target_logits, temperature, ids)
+    log_q, tol_q = _at_drafts(draft_logits, temperature, ids)
     with np.errstate(divide="ignore"):
         log_u = np.where(u > 0, np.log(np.where(u > 0, u, 1.0)), -np.inf)
     tol_u = np.where(u > 0, TOL_ULPS * EPS32 * (1 + np.abs(np.where(u > 0, log_u, 0.0))), 0.0)
@@ -126,26 +127,22 @@ def residual_near(
     weight: F64Array | None = None,
     weight_tolerance: F64Array | None = None,
 ) -> BoolArray:
-    """Whether the residual draw after a rejected real draft could flip under float32 rounding.
-
+    """Whether the residual draw after a rejected real draft could flip under float32 rounding;
     ``weight`` (block verification's ``w_m``, 1 by default) scales ``p`` in the residual
-    ``max(w p - q, 0)``; ``weight_tolerance`` (``[A]``, in the log domain) is how far a kernel's
-    ``log w_m`` may lie from it, which widens the weighted term's tolerance.
-    """
+    ``max(w p - q, 0)``, and ``weight_tolerance`` (``[A]``, in the log domain), how far a kernel's
+    ``log w_m`` may lie from it, widens the weighted term's tolerance."""
     rows = np.arange(ids.size)
     scale = np.ones(ids.size) if weight is None else weight
     spread = np.zeros(ids.size) if weight_tolerance is None else weight_tolerance
     target_law = log_law(target_logits, temperature)
     low, high = target_intervals(target_law, noise)
     if draft_logits is None:
-        # One-hot drafts: the residual is p without the drafted token.
-        low, high = low.copy(), high.copy()
-        low[rows, ids] = high[rows, ids] = -np.inf
-        full_low, full_high = target_intervals(target_law, noise)
-        nothing_left = ~np.isfinite(high).any(axis=1)
-        return np.asarray(
-            np.where(nothing_left, near_argmax(choice, full_low, full_high), near_argmax(choice, low, high))
-        )
+        # One-hot drafts: the residual is p without the drafted token, or p when nothing is left.
+        rest_low, rest_high = low.copy(), high.copy()
+        rest_low[rows, ids] = rest_high[rows, ids] = -np.inf
+        nothing_left = ~np.isfinite(rest_high).any(axis=1)
+        rest_near = near_argmax(choice, rest_low, rest_high)
+        return np.asarray(np.where(nothing_left, near_argmax(choice, low, high), rest_near))
     draft_law = log_law(draft_logits, temperature)
     p, q = scale[:, None] * np.exp(target_law.log_probs), np.exp(draft_law.log_probs)
     identical = same_rows(target_logits, draft_logits)
@@ -153,15 +150,9 @@ def residual_near(
     error += np.where(identical, 0.0, 1e-320)[:, None]
     difference = p - q
     with np.errstate(divide="ignore", invalid="ignore"):
-        res_high = np.where(
-            difference + error > 0,
-            np.log(np.maximum(difference + error, 0)) + noise.gumbel + noise.tolerance,
-            -np.inf,
-        )
-        res_low = np.where(
-            difference - error > 0,
-            np.log(np.maximum(difference - error, 0)) + noise.gumbel - noise.tolerance,
-            -np.inf,
+        res_low, res_high = (
+            np.where(mass > 0, np.log(np.maximum(mass, 0)) + noise.gumbel + sign * noise.tolerance, -np.inf)
+            for mass, sign in ((difference - error, -1.0), (difference + error, 1.0))
         )
     target = scale[:, None] * row_probs(target_logits, temperature)
     has_mass = np.maximum(target - row_probs(draft_logits, temperature), 0.0).sum(axis=1) > 0.0
@@ -190,15 +181,10 @@ def ratio_bounds(
     """Bounds of ``log p(d) - log q(d)`` a float32 kernel may compute, per row (``-inf`` for a
     placeholder or ``p(d) = 0``, ``+inf`` for ``q(d) = 0 < p(d)``, both ends open where ``p(d)`` or
     ``q(d)`` may round to zero)."""
-    rows, safe = np.arange(ids.size), np.maximum(ids, 0)
-    law = log_law(target_logits, temperature)
-    log_p, tol_p = law.log_probs[rows, safe], law.tolerance[rows, safe]
-    if draft_logits is None:
-        log_q, tol_q, ambiguous_q = np.zeros(ids.size), np.zeros(ids.size), np.zeros(ids.size, dtype=bool)
-    else:
-        draft_law = log_law(draft_logits, temperature)
-        log_q, tol_q = draft_law.log_probs[rows, safe], draft_law.tolerance[rows, safe]
-        ambiguous_q = zero_ambiguous(log_q, tol_q)
+    log_p, tol_p = _at_drafts(target_logits, temperature, ids)
+    log_q, tol_q = _at_drafts(draft_logits, temperature, ids)
+    ambiguous_q = zero_ambiguous(log_q, tol_q)  # never for one-hot drafts: log q = 0
+    if draft_logits is not None:
         exact = same_rows(target_logits, draft_logits)
         tol_p, tol_q = np.where(exact, 0.0, tol_p), np.where(exact, 0.0, tol_q)
     ambiguous = zero_ambiguous(log_p, tol_p) | ambiguous_q
@@ -221,7 +207,7 @@ def block_keep_bounds(
     vocab_size = target_logits.shape[1]
     if draft_logits is None:
         exact = np.ones(ids.size, dtype=bool)
-        q_low = q_high = np.asarray(np.arange(vocab_size) == ids[:, None], dtype=np.float64)
+        q_low = q_high = one_hot(ids, vocab_size)
     else:
         exact = same_rows(target_logits, draft_logits)
         q_low, q_high = _bounds(log_law(draft_logits, temperature), exact)

@@ -26,7 +26,7 @@ U64Array = npt.NDArray[np.uint64]
 U32Array = npt.NDArray[np.uint32]
 
 
-def _as_u64(values: int | npt.ArrayLike) -> U64Array:
+def _as_u64(values: npt.ArrayLike) -> U64Array:
     """Read integers as 64-bit words: negative int64 values wrap, as a bitcast does."""
     array = np.asarray(values)
     if array.dtype.kind == "u":
@@ -34,8 +34,7 @@ def _as_u64(values: int | npt.ArrayLike) -> U64Array:
     if array.dtype.kind == "i":
         return array.astype(np.int64).view(np.uint64)
     if array.dtype == object:
-        wrapped: U64Array = np.array([int(v) % (1 << 64) for v in array.reshape(-1)], dtype=np.uint64)
-        return wrapped.reshape(array.shape)
+        return np.array([int(v) % (1 << 64) for v in array.reshape(-1)], dtype=np.uint64).reshape(array.shape)
     raise TypeError(f"offsets and seeds must be integers; got dtype {array.dtype}")
 
 
@@ -44,11 +43,7 @@ def philox4x32(
     key: tuple[npt.ArrayLike, npt.ArrayLike],
     num_rounds: int = NUM_ROUNDS,
 ) -> tuple[U32Array, U32Array, U32Array, U32Array]:
-    """The Philox4x32 block function on broadcast arrays of 32-bit words.
-
-    Each round: ``c0' = hi(B*c2) ^ c1 ^ k0``, ``c1' = lo(B*c2)``, ``c2' = hi(A*c0) ^ c3 ^ k1``,
-    ``c3' = lo(A*c0)``, then the key is bumped by ``(KEY_A, KEY_B)``.
-    """
+    """The Philox4x32 block function on broadcast arrays of 32-bit words (rounds as commented)."""
     c0, c1, c2, c3 = (np.asarray(c, dtype=np.uint64) & MASK32 for c in counter)
     k0, k1 = (np.asarray(k, dtype=np.uint64) & MASK32 for k in key)
     # Own, writable copies of the broadcast words: the rounds below update them in place, which
@@ -66,24 +61,21 @@ def philox4x32(
         c2 ^= c3
         c2 ^= k1
         np.bitwise_and(product_a, MASK32, out=c3)  # c3' = lo(A * c0)
-        k0 = (k0 + KEY_A) & MASK32
+        k0 = (k0 + KEY_A) & MASK32  # the key is bumped by (KEY_A, KEY_B)
         k1 = (k1 + KEY_B) & MASK32
     return (c0.astype(np.uint32), c1.astype(np.uint32), c2.astype(np.uint32), c3.astype(np.uint32))
 
 
-def randint4x(
-    seed: int | npt.ArrayLike, offsets: npt.ArrayLike
-) -> tuple[U32Array, U32Array, U32Array, U32Array]:
+def randint4x(seed: npt.ArrayLike, offsets: npt.ArrayLike) -> tuple[U32Array, U32Array, U32Array, U32Array]:
     """``tl.randint4x(seed, offsets)``: all four Philox words, as uint32, for 64-bit offsets."""
-    seed64 = _as_u64(seed)
-    offset64 = _as_u64(offsets)
+    seed64, offset64 = _as_u64(seed), _as_u64(offsets)
     return philox4x32(
         (offset64 & MASK32, offset64 >> np.uint64(32), np.uint64(0), np.uint64(0)),
         (seed64 & MASK32, seed64 >> np.uint64(32)),
     )
 
 
-def randint(seed: int | npt.ArrayLike, offsets: npt.ArrayLike) -> U32Array:
+def randint(seed: npt.ArrayLike, offsets: npt.ArrayLike) -> U32Array:
     """``tl.randint(seed, offsets)``: the first Philox word, as uint32, for 64-bit offsets."""
     return randint4x(seed, offsets)[0]
 
@@ -95,6 +87,6 @@ def uint_to_uniform(words: npt.ArrayLike) -> npt.NDArray[np.float32]:
     return folded.astype(np.float32) * UNIFORM_SCALE
 
 
-def rand(seed: int | npt.ArrayLike, offsets: npt.ArrayLike) -> npt.NDArray[np.float32]:
+def rand(seed: npt.ArrayLike, offsets: npt.ArrayLike) -> npt.NDArray[np.float32]:
     """``tl.rand(seed, offsets)``: float32 uniforms in ``[0, 1)`` for 64-bit offsets."""
     return uint_to_uniform(randint(seed, offsets))

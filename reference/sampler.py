@@ -21,7 +21,7 @@ import torch
 
 from . import block
 from .contract import SpecBatch, SpecOutput
-from .law import F64Array, RequestInputs, greedy_token, request_inputs, row_probs
+from .law import F64Array, RequestInputs, greedy_token, request_inputs, token_logprobs
 from .methods import METHODS
 from .schemes import CANONICAL, RandomScheme
 
@@ -41,18 +41,13 @@ class RequestNoise:
 
 def scheme_noise(batch: SpecBatch, scheme: RandomScheme = CANONICAL) -> list[RequestNoise]:
     """The random numbers of every request of ``batch`` under ``scheme``."""
-    seeds = batch.seed.detach().cpu().numpy().astype(np.int64)
-    steps = batch.step.detach().cpu().numpy().astype(np.int64)
     noise = []
-    for seed, step, n in zip(seeds, steps, batch.num_drafts(), strict=True):
+    for seed, step, n in zip(batch.seed.tolist(), batch.step.tolist(), batch.num_drafts(), strict=True):
         positions = np.arange(n + 1)
-        seed_rows, step_rows = np.full(n + 1, seed), np.full(n + 1, step)
-        noise.append(
-            RequestNoise(
-                accept_uniforms=scheme.accept_uniforms(seed_rows[:n], step_rows[:n], positions[:n]),
-                gumbel=scheme.gumbel_noise(seed_rows, step_rows, positions, batch.vocab_size).gumbel,
-            )
-        )
+        seed_rows, step_rows = np.full(n + 1, seed, dtype=np.int64), np.full(n + 1, step, dtype=np.int64)
+        accept_uniforms = scheme.accept_uniforms(seed_rows[:n], step_rows[:n], positions[:n])
+        gumbel = scheme.gumbel_noise(seed_rows, step_rows, positions, batch.vocab_size).gumbel
+        noise.append(RequestNoise(accept_uniforms, gumbel))
     return noise
 
 
@@ -63,12 +58,11 @@ def gumbel_argmax(weights: F64Array, gumbel: F64Array) -> int:
         return int(np.argmax(np.log(weights) + gumbel))
 
 
-@dataclass(frozen=True)
-class RequestSample:
-    """One request's emitted tokens: the accepted drafts, then one sampled token."""
-
-    token_ids: list[int]
-    logprobs: list[float]
+def _draw(inputs: RequestInputs, law: F64Array, noise: RequestNoise, row: int) -> int:
+    """The token drawn at ``row``: a greedy request's argmax there, else Gumbel-max from ``law``."""
+    if inputs.greedy:
+        return int(greedy_token(inputs.target_logits[row]))
+    return gumbel_argmax(law, noise.gumbel[row])
 
 
 def _decide(
@@ -88,10 +82,8 @@ def _decide(
     u = noise.accept_uniforms[i : i + 1]
     if token >= 0 and bool(rules.decide(target[[token]], draft[[token]], u, np.array([rate]))[0]):
         return True, token
-    if inputs.greedy:
-        return False, argmax
     law = rules.rejection_law(target, draft, token) if token >= 0 else target
-    return False, gumbel_argmax(law, noise.gumbel[i])
+    return False, _draw(inputs, law, noise, i)
 
 
 def _verify_block(
@@ -103,14 +95,8 @@ def _verify_block(
     drafts = block.draft_laws(drafts, ids)
     weights = block.block_weights(targets, drafts, ids)
     kept = block.kept_drafts(block.keep_probabilities(targets, drafts, weights), noise.accept_uniforms)
-    if inputs.greedy:
-        emitted = int(greedy_token(inputs.target_logits[kept]))
-    elif kept == n:
-        emitted = gumbel_argmax(targets[n], noise.gumbel[n])
-    else:
-        residual = block.residual(weights[kept], targets[kept], drafts[kept])
-        emitted = gumbel_argmax(residual, noise.gumbel[kept])
-    return [*(int(d) for d in ids[:kept]), emitted]
+    law = targets[n] if kept == n else block.residual(weights[kept], targets[kept], drafts[kept])
+    return [*(int(d) for d in ids[:kept]), _draw(inputs, law, noise, kept)]
 
 
 def _verify_in_order(
@@ -124,49 +110,39 @@ def _verify_in_order(
         if not accepted:
             return [*tokens, emitted]
         tokens.append(int(inputs.draft_token_ids[i]))
-    if inputs.greedy:
-        return [*tokens, int(greedy_token(inputs.target_logits[n]))]
-    return [*tokens, gumbel_argmax(targets[n], noise.gumbel[n])]
+    return [*tokens, _draw(inputs, targets[n], noise, n)]
 
 
-def sample_request(method: str, inputs: RequestInputs, noise: RequestNoise) -> RequestSample:
-    """Run the rejection sampler on one request with the given random numbers."""
+def sample_request(method: str, inputs: RequestInputs, noise: RequestNoise) -> list[int]:
+    """Run the rejection sampler on one request with the given random numbers: the accepted drafts,
+    then one sampled token."""
     targets, drafts = inputs.target_probs(), inputs.draft_probs()
     verify = _verify_block if METHODS[method].verifies_jointly else partial(_verify_in_order, method)
-    tokens = verify(inputs, targets, drafts, noise)
-    logprob_temperature = inputs.temperature if not inputs.greedy else 1.0
-    with np.errstate(divide="ignore"):
-        logprobs = [
-            float(np.log(row_probs(inputs.target_logits[i], logprob_temperature)[token]))
-            for i, token in enumerate(tokens)
-        ]
-    return RequestSample(token_ids=tokens, logprobs=logprobs)
-
-
-def pack_output(samples: Sequence[RequestSample], max_num_drafts: int) -> SpecOutput:
-    """Lay per-request samples out as a `SpecOutput`: left-aligned, ``-1`` (and NaN) after them."""
-    width = max_num_drafts + 1
-    token_ids = torch.full((len(samples), width), -1, dtype=torch.int64)
-    logprobs = torch.full((len(samples), width), float("nan"), dtype=torch.float32)
-    for b, sample in enumerate(samples):
-        count = len(sample.token_ids)
-        token_ids[b, :count] = torch.tensor(sample.token_ids, dtype=torch.int64)
-        logprobs[b, :count] = torch.tensor(sample.logprobs, dtype=torch.float32)
-    num_emitted = torch.tensor([len(s.token_ids) for s in samples], dtype=torch.int32)
-    return SpecOutput(token_ids=token_ids, num_emitted=num_emitted, logprobs=logprobs)
+    return verify(inputs, targets, drafts, noise)
 
 
 def reference_sample(
     batch: SpecBatch, noise: Sequence[RequestNoise] | None = None, scheme: RandomScheme = CANONICAL
 ) -> SpecOutput:
-    """Sample ``batch`` in float64 with ``noise`` (default: ``scheme``'s); the output is on the CPU."""
+    """Sample ``batch`` in float64 with ``noise`` (default: ``scheme``'s); the output is on the CPU,
+    each row's tokens left-aligned, ``-1`` (and NaN logprobs) after them."""
     inputs = request_inputs(batch)
     if noise is None:
         noise = scheme_noise(batch, scheme)
     if len(noise) != len(inputs):
         raise ValueError(f"noise has {len(noise)} entries; expected one per request ({len(inputs)})")
-    samples = [sample_request(batch.method, x, z) for x, z in zip(inputs, noise, strict=True)]
-    return pack_output(samples, batch.resolved_max_num_drafts())
+    shape = (len(inputs), batch.resolved_max_num_drafts() + 1)
+    token_ids = torch.full(shape, -1, dtype=torch.int64)
+    logprobs = torch.full(shape, float("nan"), dtype=torch.float32)
+    num_emitted = torch.zeros(len(inputs), dtype=torch.int32)
+    for b, (x, z) in enumerate(zip(inputs, noise, strict=True)):
+        tokens = np.array(sample_request(batch.method, x, z), dtype=np.int64)
+        count = tokens.size
+        num_emitted[b] = count
+        token_ids[b, :count] = torch.from_numpy(tokens)
+        temperature = np.full(count, x.temperature)
+        logprobs[b, :count] = torch.from_numpy(token_logprobs(x.target_logits[:count], temperature, tokens))
+    return SpecOutput(token_ids=token_ids, num_emitted=num_emitted, logprobs=logprobs)
 
 
 class ReferenceSampler:

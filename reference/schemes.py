@@ -59,13 +59,13 @@ RAND_MIN = float(philox.UNIFORM_SCALE)
 
 @dataclass(frozen=True)
 class Noise:
-    """The Gumbel noise of rows of tokens and its float32 tolerance, both ``[A, V]`` float64.
+    """The Gumbel noise of rows of tokens and its float32 tolerance.
 
     Attributes:
         uniforms: ``[A, V]`` float32, the uniforms the noise derives from (a mutant that samples by
             inverse CDF reads them).
-        gumbel: ``[A, V]``, ``-inf`` where the uniform rules a token out.
-        tolerance: ``[A, V]``, 0 where the noise is infinite.
+        gumbel: ``[A, V]`` float64, ``-inf`` where the uniform rules a token out.
+        tolerance: ``[A, V]`` float64, 0 where the noise is infinite.
     """
 
     uniforms: F32Array
@@ -96,10 +96,8 @@ def stream_offsets(
     step: npt.ArrayLike, position: npt.ArrayLike, purpose: int, token: npt.ArrayLike
 ) -> npt.NDArray[np.uint64]:
     """The canonical Philox offsets, computed modulo 2**64 as the kernels' int64 arithmetic does."""
-    row = (np.asarray(step).astype(np.uint64) * np.uint64(128) + np.asarray(position, dtype=np.uint64)) * (
-        np.uint64(4)
-    )
-    return ((row + np.uint64(purpose)) << np.uint64(22)) + np.asarray(token, dtype=np.uint64)
+    row = np.asarray(step).astype(np.uint64) * np.uint64(128) + np.asarray(position, dtype=np.uint64)
+    return ((row * np.uint64(4) + np.uint64(purpose)) << np.uint64(22)) + np.asarray(token, dtype=np.uint64)
 
 
 def _tolerance(gumbel: F64Array) -> F64Array:
@@ -152,9 +150,8 @@ class Mrv2:
         """
         pos = np.asarray(step, dtype=np.int64) + np.asarray(position, dtype=np.int64)
         row_hash = philox.randint(np.asarray(seed), pos).astype(np.uint64)
-        uniforms = np.maximum(
-            philox.rand(_column(row_hash), np.arange(vocab_size)[None, :]), np.float32(RAND_MIN)
-        )
+        draws = philox.rand(_column(row_hash), np.arange(vocab_size)[None, :])
+        uniforms = np.maximum(draws, np.float32(RAND_MIN))
         gumbel = -np.log(-np.log1p(-uniforms.astype(np.float64)))
         return Noise(uniforms, gumbel, _tolerance(gumbel))
 

@@ -6,18 +6,13 @@ coupled check compares a kernel with, what calibration runs sample from, and the
 planted mutants: each stage below is a method a mutant overrides. Its tokens, counts and logprobs
 equal the scalar `reference.sampler.reference_sample`'s on the same scheme.
 
-Stages, in the order a position meets them: `Walk.read` (the batch as float64 rows),
-`Walk.target_law` and `Walk.draft_law`, `Walk.accept_uniforms`, `Walk.draft_probs` (``p(d)``,
-``q(d)`` and which drafts are real), `Walk.decide`, `Walk.keep_walking` (the stop at the first
-rejection); then, at the final row, `Walk.rejection_row` or `Walk.bonus_row`, `Walk.sample`
-(Gumbel-max) or `Walk.rejection_token`, and `Walk.pack`.
-
-Block verification (a method that ``verifies_jointly``) reads every row of a request before it
-decides: `Walk.block_weight` (``w_{i+1}`` from ``w_i``, ``p(d)`` and ``q(d)``),
-`Walk.keep_probability` (``h_i``), `Walk.keeps` (``eta_i < h_i``, with ``eta_i`` the acceptance
-uniform of position ``i - 1``); ``m`` is the largest ``i`` kept; then `Walk.block_bonus` (whether
-the token is the bonus) and `Walk.bonus_row`, or `Walk.block_residual` at row ``m``, and
-`Walk.sample`.
+Stages, in the order a position meets them: `Walk.read`, `Walk.target_law` and `Walk.draft_law`,
+`Walk.accept_uniforms`, `Walk.draft_probs`, `Walk.decide`, `Walk.keep_walking`; then, at the final
+row, `Walk.rejection_row` or `Walk.bonus_row`, `Walk.sample` or `Walk.rejection_token`, and
+`Walk.pack`. Block verification reads every row of a request before it decides: `Walk.block_weight`,
+`Walk.keep_probability`, `Walk.keeps` (``eta_i < h_i``, ``eta_i`` the acceptance uniform of position
+``i - 1``; ``m`` is the largest ``i`` kept); then `Walk.block_bonus` and `Walk.bonus_row`, or
+`Walk.block_residual` at row ``m``, and `Walk.sample`.
 
 Beside the output, the walk marks every emitted position whose decision float32 arithmetic could
 flip: a *near tie* (`reference.near_ties` holds the model). For block verification a decision
@@ -35,100 +30,12 @@ import torch
 
 from . import block
 from .contract import SpecBatch, SpecOutput
-from .law import greedy_token, row_probs
+from .law import BatchRows, F64Array, I64Array, greedy_token, one_hot, row_probs, token_logprobs
 from .methods import METHODS, Method
-from .near_ties import (
-    acceptance_near,
-    block_keep_bounds,
-    log_law,
-    near_argmax,
-    ratio_bounds,
-    residual_near,
-    target_intervals,
-)
+from .near_ties import BoolArray, acceptance_near, block_keep_bounds, draw_near, ratio_bounds, residual_near
 from .schemes import CANONICAL, Noise, RandomScheme
 
 DEFAULT_MAX_ELEMENTS = 1 << 22
-
-F64Array = npt.NDArray[np.float64]
-I64Array = npt.NDArray[np.int64]
-BoolArray = npt.NDArray[np.bool_]
-
-
-@dataclass(frozen=True)
-class BatchRows:
-    """A batch read once into float64 numpy arrays, with accessors by request and position.
-
-    Attributes:
-        target: ``[R, V]`` target logits.
-        draft: ``[D, V]`` or ``[S, K, V]`` draft logits, or ``None`` for one-hot drafts.
-        slot: ``[B]`` draft slots (slotted drafts), else ``None``.
-        ids: ``[D]`` draft ids, every id outside ``[0, V)`` read as ``-1``.
-        starts, counts: ``[B]`` each request's first draft index and draft count.
-        temperature: ``[B]``.
-        seed, step: ``[B]`` int64.
-        rates: ``[K]`` synthetic conditional rates, else ``None``.
-        method: the batch's method.
-    """
-
-    target: F64Array
-    draft: F64Array | None
-    slot: I64Array | None
-    ids: I64Array
-    starts: I64Array
-    counts: I64Array
-    temperature: F64Array
-    seed: I64Array
-    step: I64Array
-    rates: F64Array | None
-    method: str
-
-    @classmethod
-    def of(cls, batch: SpecBatch) -> BatchRows:
-        """Read ``batch`` (on any device) to the CPU once."""
-        batch.validate()
-        ids = batch.draft_token_ids.detach().cpu().numpy().astype(np.int64)
-        cu = batch.cu_num_drafts.detach().cpu().numpy().astype(np.int64)
-        synthetic = batch.synthetic_rates is not None and METHODS[batch.method].takes_rates
-        return cls(
-            target=batch.target_logits.detach().cpu().double().numpy(),
-            draft=None if batch.draft_logits is None else batch.draft_logits.detach().cpu().double().numpy(),
-            slot=None
-            if batch.draft_slot is None
-            else batch.draft_slot.detach().cpu().numpy().astype(np.int64),
-            ids=np.where((ids >= 0) & (ids < batch.vocab_size), ids, -1),
-            starts=cu[:-1],
-            counts=cu[1:] - cu[:-1],
-            temperature=batch.temperature.detach().cpu().numpy().astype(np.float64),
-            seed=batch.seed.detach().cpu().numpy().astype(np.int64),
-            step=batch.step.detach().cpu().numpy().astype(np.int64),
-            rates=batch.synthetic_rates.detach().cpu().numpy().astype(np.float64) if synthetic else None,  # type: ignore[union-attr]
-            method=batch.method,
-        )
-
-    def target_rows(self, requests: I64Array, position: npt.ArrayLike) -> F64Array:
-        """``[A, V]`` row ``position`` of each request's target rows."""
-        rows: F64Array = self.target[self.starts[requests] + requests + np.asarray(position, dtype=np.int64)]
-        return rows
-
-    def draft_rows(self, requests: I64Array, position: npt.ArrayLike) -> F64Array | None:
-        """``[A, V]`` draft row ``position`` of each request, read through its slot when slotted."""
-        at = np.asarray(position, dtype=np.int64)
-        if self.draft is None:
-            return None
-        if self.slot is None:
-            rows: F64Array = self.draft[np.minimum(self.starts[requests] + at, self.draft.shape[0] - 1)]
-            return rows
-        slotted: F64Array = self.draft[self.slot[requests], np.minimum(at, self.draft.shape[1] - 1)]
-        return slotted
-
-    def draft_ids(self, requests: I64Array, position: npt.ArrayLike) -> I64Array:
-        """``[A]`` the draft at ``position`` of each request, ``-1`` where it has none."""
-        at = np.asarray(position, dtype=np.int64)
-        if self.ids.size == 0:
-            return np.full(requests.shape, -1, dtype=np.int64)
-        index = np.minimum(self.starts[requests] + at, self.ids.shape[0] - 1)
-        return np.where(at < self.counts[requests], self.ids[index], -1)
 
 
 @dataclass(frozen=True)
@@ -170,12 +77,8 @@ class _Chunk:
 
 
 class Walk:
-    """Sampling in float64 from a scheme's uniforms, with overridable stages (see the module docstring).
-
-    Args:
-        scheme: where the uniforms come from.
-        max_elements: requests are walked in chunks of at most this many logits per position.
-    """
+    """Sampling in float64 from ``scheme``'s uniforms, with overridable stages (see the module
+    docstring), in chunks of requests of at most ``max_elements`` logits per position."""
 
     def __init__(self, scheme: RandomScheme = CANONICAL, max_elements: int = DEFAULT_MAX_ELEMENTS) -> None:
         self.scheme = scheme
@@ -189,21 +92,22 @@ class Walk:
         width = batch.resolved_max_num_drafts() + 1
         tokens = np.full((num_requests, width), -1, dtype=np.int64)
         logprobs = np.full((num_requests, width), np.nan, dtype=np.float32)
-        emitted = np.zeros(num_requests, dtype=np.int64)
+        accepted = np.zeros(num_requests, dtype=np.int64)
         near = np.zeros((num_requests, width), dtype=bool)
         size = max(1, self.max_elements // max(vocab_size, 1))
         decisions = 0
         for start in range(0, num_requests, size):
-            requests = np.arange(start, min(num_requests, start + size))
+            part = slice(start, start + size)  # the chunk writes its requests' share of the output
+            requests = np.arange(num_requests)[part]
             chunk = _Chunk(
                 requests=requests,
-                tokens=tokens[requests],
-                logprobs=logprobs[requests],
-                accepted=np.zeros(requests.size, dtype=np.int64),
+                tokens=tokens[part],
+                logprobs=logprobs[part],
+                accepted=accepted[part],
                 walking=np.ones(requests.size, dtype=bool),
                 sampled=np.full((requests.size, width), -1, dtype=np.int64),
                 accept_u=np.zeros((requests.size, width)),
-                near=near[requests],
+                near=near[part],
                 weights=np.ones((requests.size, width)),
                 weight_tolerance=np.zeros((requests.size, width)),
             )
@@ -213,10 +117,8 @@ class Walk:
             else:
                 self._decide_drafts(rows, method, chunk)
                 self._emit(rows, method, chunk)
-            tokens[requests], logprobs[requests], near[requests] = chunk.tokens, chunk.logprobs, chunk.near
-            emitted[requests] = chunk.accepted + 1
             decisions += chunk.decisions
-        output = self.pack(rows, tokens, emitted, logprobs)
+        output = self.pack(rows, tokens, accepted + 1, logprobs)
         return WalkResult(output=output, near=near, num_decisions=decisions)
 
     # -- stages ---------------------------------------------------------------------------------
@@ -316,20 +218,29 @@ class Walk:
 
     # -- the walk -----------------------------------------------------------------------------
 
-    def _noise(self, rows: BatchRows, requests: I64Array, position: npt.ArrayLike, vocab_size: int) -> Noise:
+    def _noise(self, rows: BatchRows, requests: I64Array, position: npt.ArrayLike) -> Noise:
+        """The scheme's Gumbel noise at row ``position`` of each request."""
+        vocab_size = rows.target.shape[1]
         return self.scheme.gumbel_noise(rows.seed[requests], rows.step[requests], position, vocab_size)
+
+    def _draw(
+        self, rows: BatchRows, requests: I64Array, row: I64Array, temperature: F64Array
+    ) -> tuple[I64Array, BoolArray]:
+        """Gumbel-max draws from the target law at ``row`` of each request, and their near ties."""
+        noise = self._noise(rows, requests, row)
+        logits = rows.target_rows(requests, row)
+        tokens = self.sample(self.target_law(logits, temperature), noise)
+        return tokens, draw_near(tokens, logits, temperature, noise)
 
     def _decide_drafts(self, rows: BatchRows, method: Method, chunk: _Chunk) -> None:
         """Decide each request's drafts in order until it stops walking."""
         counts = rows.counts[chunk.requests]
-        vocab_size = rows.target.shape[1]
         for position in range(int(counts.max(initial=0))):
             local = np.nonzero(chunk.walking & (position < counts))[0]
             if local.size == 0:
                 break
             a = chunk.requests[local]
             temperature = rows.temperature[a]
-            greedy = temperature == 0.0
             logits = rows.target_rows(a, position)
             p = self.target_law(logits, temperature)
             ids = rows.draft_ids(a, position)
@@ -338,18 +249,16 @@ class Walk:
             u = self.accept_uniforms(rows.seed[a], rows.step[a], position)
             chunk.accept_u[local, position] = u
             p_draft, q_draft, real = self.draft_probs(p, q, ids)
-            by_argmax = greedy & method.greedy_accepts_argmax
+            by_argmax = (temperature == 0.0) & method.greedy_accepts_argmax
             accept = by_argmax & real & (ids == greedy_token(logits))
             near = np.zeros(local.size, dtype=bool)
             if method.decides_by_sampling:
                 s = np.nonzero(~by_argmax)[0]
-                noise = self._noise(rows, a[s], position, vocab_size)
-                chunk.sampled[local[s], position] = self.sample(p[s], noise)
-                accept[s] = real[s] & (chunk.sampled[local[s], position] == ids[s])
-                near[s] = near_argmax(
-                    chunk.sampled[local[s], position],
-                    *target_intervals(log_law(logits[s], temperature[s]), noise),
-                )
+                noise = self._noise(rows, a[s], position)
+                sampled = self.sample(p[s], noise)
+                chunk.sampled[local[s], position] = sampled
+                accept[s] = real[s] & (sampled == ids[s])
+                near[s] = draw_near(sampled, logits[s], temperature[s], noise)
                 chunk.decisions += local.size
             else:
                 s = np.nonzero(~by_argmax & (real | (not method.greedy_accepts_argmax)))[0]
@@ -362,7 +271,7 @@ class Walk:
                 else:
                     chunk.decisions += local.size
             chunk.tokens[local[accept], position] = ids[accept]
-            chunk.logprobs[local[accept], position] = _logprobs(
+            chunk.logprobs[local[accept], position] = token_logprobs(
                 logits[accept], temperature[accept], ids[accept]
             )
             chunk.near[local, position] = near
@@ -373,15 +282,13 @@ class Walk:
         """Draw the token emitted after each request's accepted drafts, at row ``m``."""
         requests, m = chunk.requests, chunk.accepted
         counts = rows.counts[requests]
-        vocab_size = rows.target.shape[1]
         temperature = rows.temperature[requests]
-        greedy = temperature == 0.0
         logits = rows.target_rows(requests, m)
         ids = rows.draft_ids(requests, m)
         bonus = m >= counts
         final = greedy_token(logits)
         near = np.zeros(requests.size, dtype=bool)
-        drawn = ~greedy
+        drawn = temperature > 0.0
         by_sample = drawn & ~bonus & method.decides_by_sampling
         final[by_sample] = chunk.sampled[np.nonzero(by_sample)[0], m[by_sample]]
         rejected = drawn & ~bonus & (ids >= 0) & (not method.decides_by_sampling)
@@ -390,44 +297,36 @@ class Walk:
         if plain.any():
             s = np.nonzero(plain)[0]
             row = np.where(bonus[s], self.bonus_row(counts[s]), m[s])
-            noise = self._noise(rows, requests[s], row, vocab_size)
-            row_logits = rows.target_rows(requests[s], row)
-            final[s] = self.sample(self.target_law(row_logits, temperature[s]), noise)
-            near[s] = near_argmax(final[s], *target_intervals(log_law(row_logits, temperature[s]), noise))
+            final[s], near[s] = self._draw(rows, requests[s], row, temperature[s])
         if rejected.any():
             s = np.nonzero(rejected)[0]
             row = self.rejection_row(m[s])
-            noise = self._noise(rows, requests[s], m[s], vocab_size)
-            p = self.target_law(rows.target_rows(requests[s], row), temperature[s])
+            noise = self._noise(rows, requests[s], m[s])
+            row_logits = rows.target_rows(requests[s], row)
+            p = self.target_law(row_logits, temperature[s])
             draft_logits = rows.draft_rows(requests[s], row)
             q = self.draft_law(draft_logits, temperature[s], ids[s])
-            q_full = (
-                q if q is not None else np.asarray(np.arange(vocab_size) == ids[s, None], dtype=np.float64)
-            )
+            q_full = q if q is not None else one_hot(ids[s], p.shape[1])
             final[s] = self.rejection_token(method, p, q_full, ids[s], noise, chunk.accept_u[s, m[s]])
             if method.uses_draft_law:
-                near[s] = residual_near(
-                    final[s], rows.target_rows(requests[s], row), draft_logits, temperature[s], ids[s], noise
-                )
+                near[s] = residual_near(final[s], row_logits, draft_logits, temperature[s], ids[s], noise)
             else:
-                near[s] = near_argmax(final[s], *target_intervals(log_law(logits[s], temperature[s]), noise))
+                near[s] = draw_near(final[s], logits[s], temperature[s], noise)
         index = np.arange(requests.size)
         chunk.tokens[index, m] = final
-        chunk.logprobs[index, m] = _logprobs(logits, temperature, final)
+        chunk.logprobs[index, m] = token_logprobs(logits, temperature, final)
         chunk.near[index, m] |= near
 
     def _block_rows(
         self, rows: BatchRows, requests: I64Array, position: npt.ArrayLike
     ) -> tuple[F64Array, F64Array | None, F64Array, F64Array, I64Array]:
         """Row ``position`` of each request: target logits, draft logits, ``p``, block's ``q``, drafts."""
-        vocab_size = rows.target.shape[1]
         temperature = rows.temperature[requests]
         logits = rows.target_rows(requests, position)
         ids = rows.draft_ids(requests, position)
         draft_logits = rows.draft_rows(requests, position)
         q = self.draft_law(draft_logits, temperature, ids)
-        one_hot = np.asarray(np.arange(vocab_size) == ids[:, None], dtype=np.float64)
-        q_block = block.draft_laws(one_hot if q is None else q, ids)
+        q_block = block.draft_laws(one_hot(ids, logits.shape[1]) if q is None else q, ids)
         return logits, draft_logits, self.target_law(logits, temperature), q_block, ids
 
     def _verify_block(self, rows: BatchRows, chunk: _Chunk) -> None:
@@ -449,12 +348,14 @@ class Walk:
                 spread = np.abs(log_weight[:, local] - np.log(weight[local])).max(axis=0)
             chunk.weight_tolerance[local, position] = np.where(weight[local] > 0, spread, 0.0)
             drafts[local, position] = ids
-            draft_logprobs[local, position] = _logprobs(logits, temperature, ids)
+            draft_logprobs[local, position] = token_logprobs(logits, temperature, ids)
             if position:
                 keep = self.keep_probability(weight[local], p, q)
-                weight_bounds = np.exp(log_weight[:, local])
-                bounds = block_keep_bounds(weight_bounds, logits, draft_logits, temperature, ids)
-                self._keep_decision(rows, chunk, local, position, keep, bounds, (surely, possibly))
+                bounds = block_keep_bounds(
+                    np.exp(log_weight[:, local]), logits, draft_logits, temperature, ids
+                )
+                sure, maybe = self._keep_decision(rows, chunk, local, position, keep, bounds)
+                surely[local[sure]], possibly[local[maybe]] = position, position
             p_draft, q_draft, real = self.draft_probs(p, q, ids)
             weight[local] = self.block_weight(weight[local], p_draft, q_draft, real)
             log_ratio = np.stack(ratio_bounds(logits, draft_logits, temperature, ids))
@@ -462,41 +363,32 @@ class Walk:
             last = local[position + 1 == counts[local]]  # h_n = w_n
             if last.size:
                 bounds = np.exp(log_weight[:, last])
-                self._keep_decision(rows, chunk, last, position + 1, weight[last], bounds, (surely, possibly))
-        inside = np.arange(width)[None, :] < chunk.accepted[:, None]
+                sure, maybe = self._keep_decision(rows, chunk, last, position + 1, weight[last], bounds)
+                surely[last[sure]], possibly[last[maybe]] = position + 1, position + 1
+        column = np.arange(width)[None, :]
+        inside = column < chunk.accepted[:, None]
         chunk.tokens[inside] = drafts[inside]
         chunk.logprobs[inside] = draft_logprobs[inside]
-        column = np.arange(width)[None, :]
         span = (column >= surely[:, None]) & (column <= chunk.accepted[:, None])
         chunk.near |= (surely < possibly)[:, None] & span
 
     def _keep_decision(
-        self,
-        rows: BatchRows,
-        chunk: _Chunk,
-        local: I64Array,
-        index: int,
-        keep: F64Array,
-        bounds: F64Array,
-        kept_range: tuple[I64Array, I64Array],
-    ) -> None:
-        """Decide index ``index`` of the requests ``local`` (``eta_i < h_i``); track which indices a
-        float32 kernel keeps surely (``eta_i`` below ``bounds[0]``) or possibly (below ``bounds[1]``)."""
+        self, rows: BatchRows, chunk: _Chunk, local: I64Array, index: int, keep: F64Array, bounds: F64Array
+    ) -> tuple[BoolArray, BoolArray]:
+        """Decide index ``index`` of the requests ``local`` (``eta_i < h_i``); return where a float32
+        kernel keeps it surely (``eta_i`` below ``bounds[0]``) and possibly (below ``bounds[1]``)."""
         a = chunk.requests[local]
         eta = self.accept_uniforms(rows.seed[a], rows.step[a], index - 1)
         kept = self.keeps(keep, eta)
         exact = rows.temperature[a] == 0.0
-        surely, possibly = kept_range
         chunk.accepted[local[kept]] = index
-        surely[local[kept & (exact | (eta < bounds[0]))]] = index
-        possibly[local[kept | (~exact & (eta < bounds[1]))]] = index
         chunk.decisions += local.size
+        return kept & (exact | (eta < bounds[0])), kept | (~exact & (eta < bounds[1]))
 
     def _emit_block(self, rows: BatchRows, chunk: _Chunk) -> None:
         """Block verification's token after the ``m`` kept drafts: the bonus, or the weighted residual."""
         requests, m = chunk.requests, chunk.accepted
         counts = rows.counts[requests]
-        vocab_size = rows.target.shape[1]
         temperature = rows.temperature[requests]
         bonus = self.block_bonus(m, counts)
         row = np.where(bonus, self.bonus_row(counts), m)
@@ -507,31 +399,19 @@ class Walk:
         chunk.decisions += int(np.sum(drawn))
         if (drawn & bonus).any():
             s = np.nonzero(drawn & bonus)[0]
-            noise = self._noise(rows, requests[s], row[s], vocab_size)
-            final[s] = self.sample(self.target_law(logits[s], temperature[s]), noise)
-            near[s] = near_argmax(final[s], *target_intervals(log_law(logits[s], temperature[s]), noise))
+            final[s], near[s] = self._draw(rows, requests[s], row[s], temperature[s])
         if (drawn & ~bonus).any():
             s = np.nonzero(drawn & ~bonus)[0]
             target_logits, draft_logits, p, q, ids = self._block_rows(rows, requests[s], row[s])
-            noise = self._noise(rows, requests[s], row[s], vocab_size)
-            weight = chunk.weights[s, row[s]]
+            noise = self._noise(rows, requests[s], row[s])
+            weight, spread = chunk.weights[s, row[s]], chunk.weight_tolerance[s, row[s]]
             final[s] = self.sample(self.block_residual(weight, p, q), noise)
-            plain = near_argmax(final[s], *target_intervals(log_law(target_logits, temperature[s]), noise))
-            spread = chunk.weight_tolerance[s, row[s]]
-            weighted = residual_near(
-                final[s],
-                target_logits,
-                draft_logits,
-                temperature[s],
-                np.maximum(ids, 0),
-                noise,
-                weight,
-                spread,
-            )
-            near[s] = np.where(ids >= 0, weighted, plain)
+            t, safe = temperature[s], np.maximum(ids, 0)
+            weighted = residual_near(final[s], target_logits, draft_logits, t, safe, noise, weight, spread)
+            near[s] = np.where(ids >= 0, weighted, draw_near(final[s], target_logits, t, noise))
         index = np.arange(requests.size)
         chunk.tokens[index, m] = final
-        chunk.logprobs[index, m] = _logprobs(rows.target_rows(requests, m), temperature, final)
+        chunk.logprobs[index, m] = token_logprobs(rows.target_rows(requests, m), temperature, final)
         chunk.near[index, m] |= near
 
 
@@ -542,22 +422,9 @@ def _clamped_sum(log_weight: F64Array, log_ratio: F64Array) -> F64Array:
     return np.where(np.isneginf(log_weight) | np.isneginf(log_ratio), -np.inf, total)
 
 
-# ---------------------------------------------------------------------------------------------
-# Logprobs
-
-
-def _logprobs(logits: F64Array, temperature: F64Array, tokens: I64Array) -> npt.NDArray[np.float32]:
-    """``log softmax(logits / T)`` at each row's token, float32; ``T = 1`` for greedy rows."""
-    law = row_probs(logits, np.where(temperature > 0, temperature, 1.0))
-    with np.errstate(divide="ignore"):
-        return np.log(law[np.arange(tokens.size), np.maximum(tokens, 0)]).astype(np.float32)
-
-
 class WalkSampler(Walk):
-    """The walk as a `Variant`: the float64 sampler of a scheme, fast enough for calibration runs.
-
-    The planted mutants of `fuzz.mutants` are subclasses that override one stage.
-    """
+    """The walk as a `Variant`: the float64 sampler of a scheme, fast enough for calibration runs;
+    the planted mutants of `fuzz.mutants` subclass it."""
 
     name = "walk"
 
