@@ -16,8 +16,9 @@ runs up to five launches:
    Block verification (`reference.block`) decides jointly: its rows record ``log p(d) / q(d)``
    and reject nothing here, so every row of a sampled request is read.
 2. `block_keep_kernel` (block verification only), grid ``(B * num_splits, max_n)``: the weights
-   ``w_i`` from the ratios, each row's residual mass ``S_i = sum max(w_i p_i - q_i, 0)`` (a second
-   read of rows ``1 .. n - 1``), the keep probabilities ``h_i`` and the decisions ``eta_i < h_i``.
+   ``w_i`` from the ratios, the residual mass ``S_i = sum max(w_i p_i - q_i, 0)`` of each row
+   ``1 <= i < n`` that may be kept (a second read of it), the keep probabilities ``h_i`` and the
+   decisions ``eta_i < h_i``.
 3. `decide_kernel`, grid ``(B,)``: walks the row decisions to the first rejection ``j`` (block
    verification: to ``m``, the largest kept index), or the bonus row, writes the accepted prefix,
    the padding and ``num_emitted``, and either writes the emitted token (greedy and strict rows)
@@ -795,7 +796,7 @@ def _finish_row(
 
 @triton.jit
 def _block_log_weight(row_float_ptr, out_row, position):
-    """``log w_position`` of block verification: ``log w_{i+1} = min(0, log w_i + log p(d_i) / q(d_i))``
+    """``log w_position`` of block verification: ``log w_{i+1} = min(0, log w_i + log(p(d_i) / q(d_i)))``
     from ``log w_0 = 0``, over the ``ROW_LOG_RATIO`` records of rows ``0 .. position - 1``; once
     ``-inf``, it stays ``-inf``."""
     log_weight = tl.full([], 0.0, tl.float32)
