@@ -430,8 +430,9 @@ def _run_cached(
     the current stream of ``device_index`` (the device Triton's dispatch would launch on)."""
     device = batch.device
     token_ids, logprobs, num_emitted = _outputs(plan, device)
-    # The workspace tensor must outlive the launches' enqueueing: freed earlier, its memory could go
-    # back to the driver (or to another allocation) while the kernels still use its address.
+    # The workspace tensor is held until the launches are enqueued (a free after that is ordered after
+    # them on the stream): freed earlier, its memory could go back to the driver or to another
+    # allocation while the kernels still use its address.
     work = _workspace(plan, device)
     base = work.data_ptr()
     buffers = dict(zip(INPUT_BUFFERS, addresses, strict=True))
@@ -441,7 +442,6 @@ def _run_cached(
         logprobs_ptr=logprobs.data_ptr(), num_emitted_ptr=num_emitted.data_ptr(),
     )  # fmt: skip
     launch.launch_cached(plan.launches, cached, buffers, device_index)
-    del work  # after the launches are enqueued, a free is ordered after them on the stream
     return SpecOutput(token_ids=token_ids, num_emitted=num_emitted, logprobs=logprobs)
 
 
