@@ -1,5 +1,5 @@
 """Calls of every method, layout and dtype, first through Triton's dispatch, then through the cached
-launch, for compute-sanitizer.
+launch, then under the rows launch plan, for compute-sanitizer.
 
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool initcheck --show-backtrace no \\
         --error-exitcode 9 python3 -m benchmarks.sanitize_launches
@@ -32,13 +32,15 @@ CASES = (
 
 
 def main() -> int:
-    """Run each case twice (dispatched, then cached) and print the tokens emitted per request."""
+    """Run each case twice (dispatched, then cached) and once under the rows plan, and print the
+    tokens emitted per request."""
     for case in CASES:
         batch = make_inputs(case, "cuda")
         for _ in range(2):
-            output = rejection_sample(batch)
+            output = rejection_sample(batch, plan="split")
+        rows = rejection_sample(batch, plan="rows")
         torch.cuda.synchronize()
-        print(case.id, output.num_emitted.tolist())
+        print(case.id, output.num_emitted.tolist(), rows.num_emitted.tolist())
     print("OK")
     return 0
 

@@ -47,13 +47,27 @@ from typing import Any
 import numpy as np
 import torch
 
-from specsample.kernels import launch
+from specsample.kernels import launch, rows_kernels
 from specsample.kernels import rejection_kernels as jit
 from specsample.reference.contract import Capabilities, SpecBatch, SpecOutput
 from specsample.reference.methods import METHODS
 from specsample.reference.schemes import CANONICAL
 
 CHECK_VALUES_ENV = "SPECSAMPLE_CHECK_VALUES"
+# The launch plans: "split" (what a GPU runs: five launches of one program per request, position and
+# vocabulary split) and "rows" (one launch whose programs each take whole requests,
+# `rows_kernels`), which the Triton interpreter runs about 40 times faster. The default is "rows"
+# on the CPU and "split" on a GPU; this environment variable, or the `rejection_sample` argument,
+# picks one for both.
+LAUNCH_PLAN_ENV = "SPECSAMPLE_LAUNCH_PLAN"
+LAUNCH_PLANS = ("split", "rows")
+# A rows-plan program holds its requests' rows as one [requests, positions, tile] tile of at most
+# this many elements, its vocabulary tile at most ROWS_BLOCK_V tokens. Under the interpreter, the
+# larger the tile the fewer the operations it pays for (2**20 is Triton's largest tensor; B=200
+# n=3 V=1000: 0.17 s a call at 2**20, 0.30 s at 2**19, kernels/RESULTS.md); a GPU, which runs
+# the rows plan only to check it against the split plan, gets tiles it compiles quickly.
+ROWS_TILE_ELEMENTS = {"cpu": 2**20, "cuda": 2**12}
+ROWS_BLOCK_V = 1024
 # A split is at most 32 per row, of 4096 tokens or a multiple. Each kernel walks it in its own
 # tiles (sizes from a block-size sweep on an H200, kernels/RESULTS.md): the memory-bound statistics
 # pass in 2048-token tiles with 4 warps; the Gumbel passes, bound by Philox and log arithmetic, in
@@ -238,6 +252,29 @@ def _geometry(fields: dict[int, int], device: torch.device) -> torch.Tensor:
     return values.to(device)
 
 
+def _draft_layout(batch: SpecBatch) -> tuple[int, int, int, int]:
+    """``(draft rows D or slots S, slot capacity K, row stride, slot stride)`` of the draft logits."""
+    draft = batch.draft_logits
+    if draft is None:
+        return 0, 0, 0, 0
+    if batch.slotted:
+        return draft.shape[0], draft.shape[1], draft.stride(1), draft.stride(0)
+    return draft.shape[0], 0, draft.stride(0), 0
+
+
+def _read_bounds(batch: SpecBatch, num_draft_rows: int, slot_capacity: int) -> dict[int, int]:
+    """The geometry record's counts that bound reads (``GEO_*`` index -> value)."""
+    rates = batch.synthetic_rates if METHODS[batch.method].takes_rates else None
+    return {
+        jit.GEO_NUM_TARGET_ROWS.value: batch.target_logits.shape[0],
+        jit.GEO_NUM_DRAFT_IDS.value: batch.draft_token_ids.shape[0],
+        jit.GEO_NUM_DRAFT_ROWS.value: num_draft_rows,
+        jit.GEO_SLOT_CAPACITY.value: slot_capacity,
+        jit.GEO_NUM_RATES.value: 0 if rates is None else rates.shape[0],
+        jit.GEO_NUM_REQUESTS.value: batch.num_requests,
+    }
+
+
 def make_plan(batch: SpecBatch) -> Plan:
     """The `Plan` of a validated batch."""
     num_requests, vocab_size = batch.num_requests, batch.vocab_size
@@ -259,22 +296,8 @@ def make_plan(batch: SpecBatch) -> Plan:
     block = rules.verifies_jointly
     records, work_words, zeroed = _workspace_layout(num_requests, width, num_splits, sample_splits, block)
 
-    if draft is None:
-        num_draft_rows, slot_capacity, draft_stride, slot_stride = 0, 0, 0, 0
-    elif batch.slotted:
-        num_draft_rows, slot_capacity = draft.shape[0], draft.shape[1]
-        draft_stride, slot_stride = draft.stride(1), draft.stride(0)
-    else:
-        num_draft_rows, slot_capacity, draft_stride, slot_stride = draft.shape[0], 0, draft.stride(0), 0
-    rates = batch.synthetic_rates
-    num_rates = rates.shape[0] if rates is not None and rules.takes_rates else 0
-    counts = {
-        jit.GEO_NUM_TARGET_ROWS.value: batch.target_logits.shape[0],
-        jit.GEO_NUM_DRAFT_IDS.value: batch.draft_token_ids.shape[0],
-        jit.GEO_NUM_DRAFT_ROWS.value: num_draft_rows,
-        jit.GEO_SLOT_CAPACITY.value: slot_capacity,
-        jit.GEO_NUM_RATES.value: num_rates,
-    }
+    num_draft_rows, slot_capacity, draft_stride, slot_stride = _draft_layout(batch)
+    counts = _read_bounds(batch, num_draft_rows, slot_capacity)
 
     shared = dict(METHOD=method, HAS_DRAFT=draft is not None, SLOTTED=batch.slotted)
     strides = dict(
@@ -373,7 +396,10 @@ def _record_views(plan: Plan, work: torch.Tensor) -> dict[str, torch.Tensor]:
 
 
 def _outputs(plan: Plan, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    b, width = plan.num_requests, plan.width
+    return _outputs_of(plan.num_requests, plan.width, device)
+
+
+def _outputs_of(b: int, width: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return (
         torch.empty(b, width, dtype=torch.int64, device=device),
         torch.empty(b, width, dtype=torch.float32, device=device),
@@ -401,6 +427,62 @@ def _compile_and_run(batch: SpecBatch, plan: Plan) -> tuple[SpecOutput, list[lau
         cached = launch.dispatch(plan.launches, buffers, keep=device.type == "cuda")
     token_ids, logprobs, num_emitted = outputs
     return SpecOutput(token_ids=token_ids, num_emitted=num_emitted, logprobs=logprobs), cached
+
+
+def launch_plan(device: torch.device, plan: str | None = None) -> str:
+    """The launch plan a call on ``device`` takes: ``plan`` if given, else ``SPECSAMPLE_LAUNCH_PLAN``
+    if set, else "rows" on the CPU (the interpreter) and "split" on a GPU.
+
+    Raises:
+        ValueError: the plan, or the environment variable, names no plan in `LAUNCH_PLANS`.
+    """
+    source, chosen = "plan", plan
+    if chosen is None and os.environ.get(LAUNCH_PLAN_ENV):
+        source, chosen = LAUNCH_PLAN_ENV, os.environ[LAUNCH_PLAN_ENV]
+    if chosen is None:
+        return "rows" if device.type == "cpu" else "split"
+    if chosen not in LAUNCH_PLANS:
+        raise ValueError(f"{source} is {chosen!r}; expected one of {', '.join(LAUNCH_PLANS)}")
+    return chosen
+
+
+def rows_launch(batch: SpecBatch) -> launch.Launch:
+    """The one launch of the rows plan (`rows_kernels.rows_kernel`) for a validated batch."""
+    num_requests, vocab_size = batch.num_requests, batch.vocab_size
+    max_num_drafts = batch.resolved_max_num_drafts()
+    positions = _next_power_of_2(max_num_drafts + 1)
+    tile = ROWS_TILE_ELEMENTS["cpu" if batch.device.type == "cpu" else "cuda"]
+    block_v = max(16, min(ROWS_BLOCK_V, _next_power_of_2(vocab_size), tile // positions))
+    requests = max(1, min(_next_power_of_2(num_requests), tile // (positions * block_v)))
+    requests = 1 << (requests.bit_length() - 1)  # a power of two, at most the tile allows
+    _, _, draft_stride, slot_stride = _draft_layout(batch)
+    return launch.Launch.of(
+        rows_kernels.rows_kernel, (_cdiv(num_requests, requests), 1, 1),
+        values=dict(
+            target_stride=batch.target_logits.stride(0), draft_stride=draft_stride, slot_stride=slot_stride,
+            vocab_size=vocab_size, max_num_drafts=max_num_drafts, METHOD=METHODS[batch.method].kernel_code,
+            HAS_DRAFT=batch.draft_logits is not None, SLOTTED=batch.slotted, REQUESTS=requests,
+            POSITIONS=positions, BLOCK_V=block_v,
+        ),
+        options=dict(num_warps=4), buffers=CALL_BUFFERS,
+    )  # fmt: skip
+
+
+def _run_rows(batch: SpecBatch) -> SpecOutput:
+    """One call of the rows plan, through Triton's dispatch."""
+    num_draft_rows, slot_capacity, _, _ = _draft_layout(batch)
+    bounds = _read_bounds(batch, num_draft_rows, slot_capacity)
+    # The rows plan has no workspace: the geometry record's workspace offsets are unused.
+    fields = {index: bounds.get(index, 0) for index in range(jit.GEOMETRY_FIELDS.value)}
+    geometry = _geometry(fields, batch.device)
+    outputs = _outputs_of(batch.num_requests, batch.resolved_max_num_drafts() + 1, batch.device)
+    buffers: dict[str, Any] = dict(zip(INPUT_BUFFERS, _batch_tensors(batch), strict=True))
+    buffers.update(zip(OUTPUT_BUFFERS, outputs, strict=True), geometry_ptr=geometry)
+    quiet = np.errstate(all="ignore") if batch.device.type == "cpu" else contextlib.nullcontext()
+    with quiet:
+        launch.dispatch([rows_launch(batch)], buffers, keep=False)
+    token_ids, logprobs, num_emitted = outputs
+    return SpecOutput(token_ids=token_ids, num_emitted=num_emitted, logprobs=logprobs)
 
 
 # Plans and their compiled launches by batch structure (`_plan_key`), for the calls after the
@@ -449,7 +531,9 @@ def _check_values_default(batch: SpecBatch) -> bool:
     return batch.device.type == "cpu" or os.environ.get(CHECK_VALUES_ENV, "") not in ("", "0")
 
 
-def rejection_sample(batch: SpecBatch, *, check_values: bool | None = None) -> SpecOutput:
+def rejection_sample(
+    batch: SpecBatch, *, check_values: bool | None = None, plan: str | None = None
+) -> SpecOutput:
     """Run the rejection sampler of ``batch.method`` on ``batch`` with the canonical random streams.
 
     The first call with a given structure (method, shapes, strides, dtypes) goes through Triton's
@@ -462,6 +546,7 @@ def rejection_sample(batch: SpecBatch, *, check_values: bool | None = None) -> S
         check_values: also run the value checks of `SpecBatch.validate`, which read tensors back to
             the host. Default: on for CPU tensors or when ``SPECSAMPLE_CHECK_VALUES`` is set to a
             value other than ``0``; off otherwise, so a GPU call never synchronises.
+        plan: the launch plan, "split" or "rows" (default: `launch_plan`'s choice for the device).
 
     Returns:
         The emitted tokens, their count and their target log-probabilities, on ``batch.device``.
@@ -473,6 +558,9 @@ def rejection_sample(batch: SpecBatch, *, check_values: bool | None = None) -> S
         raise ValueError(
             f"method is {batch.method!r}; the kernels have a branch for {', '.join(KERNEL_METHODS)} only"
         )
+    # A request's rows fill at least 16 tokens of a rows-plan tile; past 65,535 drafts, the split plan.
+    if launch_plan(batch.device, plan) == "rows" and batch.resolved_max_num_drafts() < 2**16:
+        return _run_rows(batch)
     if batch.device.type != "cuda":
         return _compile_and_run(batch, make_plan(batch))[0]
     tensors = _batch_tensors(batch)

@@ -119,7 +119,8 @@ WORK_COUNTER = tl.constexpr(5)  # int32 [B * (max_n + 1)], zero at launch
 WORK_STOP_FLAG = tl.constexpr(6)  # int32 [B], zero at launch
 WORK_ROW_FLOAT = tl.constexpr(7)  # fp32 [B * (max_n + 1), ROW_FLOATS]
 WORK_ROW_INT = tl.constexpr(8)  # int32 [B * (max_n + 1), ROW_INTS]
-GEOMETRY_FIELDS = tl.constexpr(9)
+GEO_NUM_REQUESTS = tl.constexpr(9)  # B, read by the rows plan (`rows_kernels`) only
+GEOMETRY_FIELDS = tl.constexpr(10)
 
 
 @triton.jit

@@ -9,7 +9,7 @@ import pytest
 import torch
 import triton
 
-from specsample.kernels import interpret, launch, rejection
+from specsample.kernels import interpret, launch, rejection, rows_kernels
 from specsample.kernels import rejection_kernels as jit
 from specsample.reference.contract import RequestData, SpecBatch, SpecOutput, make_batch
 
@@ -58,31 +58,67 @@ def test_supported_release_allows_the_direct_launch(monkeypatch: pytest.MonkeyPa
 def test_other_triton_release_goes_through_dispatch(monkeypatch: pytest.MonkeyPatch) -> None:
     """On an unsupported Triton release a call goes through Triton's dispatch, with the same output."""
     batch = _batch()
-    rejection.rejection_sample(batch)  # on a GPU, caches compiled launches for the direct path
-    before = rejection.rejection_sample(batch)
+    rejection.rejection_sample(batch, plan="split")  # on a GPU, caches compiled launches for the direct path
+    before = rejection.rejection_sample(batch, plan="split")
     monkeypatch.setattr(triton, "__version__", "9.9.0")
     assert not launch.direct_launch_available()
     assert not launch.direct_launch_ready()
     calls = _dispatches(monkeypatch)
-    _assert_same(rejection.rejection_sample(batch), before)
+    _assert_same(rejection.rejection_sample(batch, plan="split"), before)
     assert calls == [1]
 
 
 def test_environment_variable_turns_the_direct_launch_off(monkeypatch: pytest.MonkeyPatch) -> None:
     """With SPECSAMPLE_DIRECT_LAUNCH=0 every call goes through Triton's dispatch, with the same output."""
     batch = _batch("synthetic")
-    rejection.rejection_sample(batch)
-    before = rejection.rejection_sample(batch)
+    rejection.rejection_sample(batch, plan="split")
+    before = rejection.rejection_sample(batch, plan="split")
     monkeypatch.setenv(launch.DIRECT_LAUNCH_ENV, "0")
     assert not launch.direct_launch_available()
     calls = _dispatches(monkeypatch)
-    _assert_same(rejection.rejection_sample(batch), before)
+    _assert_same(rejection.rejection_sample(batch, plan="split"), before)
     assert calls == [1]
+
+
+def test_launch_plan_defaults_by_device_and_follows_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rows plan on the CPU and the split plan on a GPU unless the argument or the variable says
+    otherwise; a name that is no plan is a ValueError naming where it came from and the value."""
+    cpu, gpu = torch.device("cpu"), torch.device("cuda", 0)
+    monkeypatch.delenv(rejection.LAUNCH_PLAN_ENV, raising=False)
+    assert (rejection.launch_plan(cpu), rejection.launch_plan(gpu)) == ("rows", "split")
+    assert rejection.launch_plan(cpu, "split") == "split"
+    monkeypatch.setenv(rejection.LAUNCH_PLAN_ENV, "split")
+    assert rejection.launch_plan(cpu) == "split"
+    assert rejection.launch_plan(cpu, "rows") == "rows"
+    with pytest.raises(ValueError, match="plan is 'column'; expected one of split, rows"):
+        rejection.launch_plan(cpu, "column")
+    monkeypatch.setenv(rejection.LAUNCH_PLAN_ENV, "fast")
+    with pytest.raises(ValueError, match="SPECSAMPLE_LAUNCH_PLAN is 'fast'"):
+        rejection.rejection_sample(_batch())
+
+
+def test_rows_plan_launches_once_with_whole_requests(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rows plan is one launch of `rows_kernel`, its tile within the device's element budget."""
+    batch = _batch("block")
+    item = rejection.rows_launch(batch)
+    named = dict(zip(item.kernel.arg_names, item.template, strict=True))
+    assert item.kernel is rows_kernels.rows_kernel
+    tile = named["REQUESTS"] * named["POSITIONS"] * named["BLOCK_V"]
+    assert named["POSITIONS"] >= 3 and tile <= rejection.ROWS_TILE_ELEMENTS[batch.device.type]
+    assert item.grid == (-(-batch.num_requests // named["REQUESTS"]), 1, 1)
+    calls = _dispatches(monkeypatch)
+    output = rejection.rejection_sample(batch, plan="rows")
+    assert calls == [1] and int(output.num_emitted.min()) >= 1
 
 
 def test_every_kernel_takes_at_most_24_parameters() -> None:
     """Every kernel, and so every kernel a plan launches, takes at most 24 parameters, constexprs included."""
-    kernels = {name: value for name, value in vars(jit).items() if name.endswith("_kernel")}
+    kernels = {
+        name: value
+        for module in (jit, rows_kernels)
+        for name, value in vars(module).items()
+        if name.endswith("_kernel")
+    }
     launched = {item.kernel.__name__ for item in rejection.make_plan(_batch()).launches}
     assert launched and launched <= set(kernels)
     for name, kernel in kernels.items():

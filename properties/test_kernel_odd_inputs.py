@@ -9,13 +9,20 @@ import numpy as np
 import pytest
 import torch
 
-from specsample.kernels.rejection import KERNEL_METHODS, rejection_sample
+from specsample.kernels.rejection import KERNEL_METHODS, LAUNCH_PLAN_ENV, LAUNCH_PLANS, rejection_sample
 from specsample.properties.checks.coupled import agreement
 from specsample.properties.checks.invariants import violations
 from specsample.reference.contract import RequestData, SpecBatch, SpecOutput, make_batch, split_output
 
 DEVICE = "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu"
 INF, NAN = np.inf, np.nan
+
+
+@pytest.fixture(autouse=True, params=LAUNCH_PLANS)
+def plan(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every case runs under both launch plans."""
+    monkeypatch.setenv(LAUNCH_PLAN_ENV, request.param)
+    return str(request.param)
 
 
 def _sample(batch: SpecBatch, **options: bool) -> SpecOutput:

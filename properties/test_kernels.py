@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from specsample.kernels import registry, rejection
 from specsample.kernels.rejection import KERNEL_METHODS as METHODS
-from specsample.kernels.rejection import rejection_sample, vocab_layout
+from specsample.kernels.rejection import LAUNCH_PLANS, rejection_sample, vocab_layout
 from specsample.properties.checks.coupled import agreement
 from specsample.properties.checks.invariants import violations
 from specsample.reference.contract import (
@@ -118,10 +118,12 @@ def _requests(output: SpecOutput) -> list[tuple[list[int], list[float] | None]]:
     return [(r.token_ids, r.logprobs) for r in split_output(output)]
 
 
+@pytest.mark.parametrize("plan", LAUNCH_PLANS)
 @given(batch=batches())
-def test_invariants_hold_and_only_near_ties_disagree_with_the_reference(batch: SpecBatch) -> None:
-    """Every output keeps the hard invariants and equals reference_sample except at near ties."""
-    output = rejection_sample(batch)
+def test_invariants_hold_and_only_near_ties_disagree_with_the_reference(plan: str, batch: SpecBatch) -> None:
+    """Every output of either launch plan keeps the hard invariants and equals reference_sample
+    except at near ties."""
+    output = rejection_sample(batch, plan=plan)
     assert violations(batch, output) == []
     found = agreement(batch, output)
     assert found.unexplained == []
@@ -130,8 +132,9 @@ def test_invariants_hold_and_only_near_ties_disagree_with_the_reference(batch: S
     assert found.mismatches == int(differ.any(dim=1).sum())
 
 
+@pytest.mark.parametrize("plan", LAUNCH_PLANS)
 @given(batch=batches(max_requests=3, max_drafts=3), data=st.data())
-def test_output_depends_only_on_the_request(batch: SpecBatch, data: st.DataObject) -> None:
+def test_output_depends_only_on_the_request(plan: str, batch: SpecBatch, data: st.DataObject) -> None:
     """A request's output depends on its own data, seed and step, not on neighbours, order or slot."""
     requests = _split_requests(batch)
     order = data.draw(st.permutations(range(len(requests))))
@@ -148,9 +151,9 @@ def test_output_depends_only_on_the_request(batch: SpecBatch, data: st.DataObjec
         slots=slots,
         device=DEVICE,
     )
-    alone = _requests(rejection_sample(batch))
-    again = _requests(rejection_sample(batch))
-    together = _requests(rejection_sample(shuffled))
+    alone = _requests(rejection_sample(batch, plan=plan))
+    again = _requests(rejection_sample(batch, plan=plan))
+    together = _requests(rejection_sample(shuffled, plan=plan))
     assert again == alone
     for position, index in enumerate(order):
         assert together[position + 1] == alone[index]
@@ -184,7 +187,8 @@ def _split_requests(batch: SpecBatch) -> list[RequestData]:
 
 @pytest.mark.parametrize("method", METHODS)
 def test_near_ties_are_rare_on_ordinary_batches(method: str) -> None:
-    """On 96 ordinary requests, at most 1% of decisions are near ties and only those disagree."""
+    """On 96 ordinary requests, at most 1% of decisions are near ties and only those disagree, with
+    the reference and between the two launch plans."""
     rng = np.random.default_rng(METHODS.index(method))
     vocab_size, n = 33, 3
     requests = [
@@ -199,15 +203,19 @@ def test_near_ties_are_rare_on_ordinary_batches(method: str) -> None:
         for b in range(96)
     ]
     batch = make_batch(requests, method=method, synthetic_rates=[0.9, 0.8, 0.7], device=DEVICE)
-    output = rejection_sample(batch)
-    found = agreement(batch, output)
-    assert found.unexplained == []
-    assert found.near_ties <= 0.01 * found.num_decisions
-    assert found.mismatches <= found.near_ties
-    assert violations(batch, output) == []
+    outputs = {plan: rejection_sample(batch, plan=plan) for plan in LAUNCH_PLANS}
+    for output in outputs.values():
+        found = agreement(batch, output)
+        assert found.unexplained == []
+        assert found.near_ties <= 0.01 * found.num_decisions
+        assert found.mismatches <= found.near_ties
+        assert violations(batch, output) == []
+    split, rows = (_requests(outputs[plan]) for plan in LAUNCH_PLANS)
+    assert sum(a != b for a, b in zip(split, rows, strict=True)) <= found.near_ties
 
 
-def test_split_vocabulary_agrees_with_the_reference() -> None:
+@pytest.mark.parametrize("plan", LAUNCH_PLANS)
+def test_split_vocabulary_agrees_with_the_reference(plan: str) -> None:
     """A vocabulary cut into several splits and tiles per split gives the reference's samples."""
     vocab_size = 4096 * 33 + 5  # 17 splits of 8192 tokens, the last one ragged
     layout = vocab_layout(vocab_size)
@@ -225,7 +233,7 @@ def test_split_vocabulary_agrees_with_the_reference() -> None:
     ]
     for method in METHODS:
         batch = make_batch(requests, method=method, synthetic_rates=[0.5], device=DEVICE)
-        output = rejection_sample(batch)
+        output = rejection_sample(batch, plan=plan)
         assert violations(batch, output) == []
         assert agreement(batch, output).unexplained == []
 
@@ -258,18 +266,20 @@ def test_torch_sampler_is_deterministic_per_request() -> None:
 @pytest.mark.gpu
 @pytest.mark.skipif(DEVICE != "cuda", reason=NO_GPU)
 @settings(max_examples=12)
+@pytest.mark.parametrize("plan", LAUNCH_PLANS)
 @given(batch=batches(max_requests=8, max_drafts=8, vocab_sizes=(4095, 4096, 4097, 32000, 151936, 262144)))
-def test_large_vocabularies_agree_with_the_reference(batch: SpecBatch) -> None:
+def test_large_vocabularies_agree_with_the_reference(plan: str, batch: SpecBatch) -> None:
     """On the GPU, large vocabularies keep the invariants and agree with the reference except at near ties."""
-    output = rejection_sample(batch, check_values=True)
+    output = rejection_sample(batch, check_values=True, plan=plan)
     assert violations(batch, output) == []
     assert agreement(batch, output).unexplained == []
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(DEVICE != "cuda", reason=NO_GPU)
+@pytest.mark.parametrize("plan", LAUNCH_PLANS)
 @pytest.mark.parametrize("method", METHODS)
-def test_rows_past_two_to_the_31_elements(method: str) -> None:
+def test_rows_past_two_to_the_31_elements(method: str, plan: str) -> None:
     """Rows whose offset row * V exceeds 2**31 are read where they are (M23: 64-bit index arithmetic)."""
     vocab_size, num_requests, n = 262144, 1640, 4  # 8200 rows: the last ones start past 2**31 elements
     generator = torch.Generator(device="cuda").manual_seed(METHODS.index(method))
@@ -290,7 +300,7 @@ def test_rows_past_two_to_the_31_elements(method: str) -> None:
         max_num_drafts=n,
     )
     assert (num_requests - 1) * (n + 1) * vocab_size > 2**31
-    output = rejection_sample(batch)
+    output = rejection_sample(batch, plan=plan)
     tail = slice(num_requests - 3, num_requests)
     rows = slice(tail.start * (n + 1), num_requests * (n + 1))
     small = dataclasses.replace(
@@ -303,7 +313,7 @@ def test_rows_past_two_to_the_31_elements(method: str) -> None:
         seed=batch.seed[tail],
         step=batch.step[tail],
     )
-    alone = rejection_sample(small)
+    alone = rejection_sample(small, plan=plan)
     assert torch.equal(alone.token_ids, output.token_ids[tail])
     assert torch.equal(alone.num_emitted, output.num_emitted[tail])
     assert agreement(small, alone).unexplained == []

@@ -1,0 +1,434 @@
+"""The rows plan: one launch whose programs each take whole requests, every row of them at once.
+
+Only ``@triton.jit`` code lives here; `kernels.rejection` chooses the plan and launches. The split
+plan (`rejection_kernels`, five launches of one program per request, position and vocabulary split)
+is what a GPU runs. The Triton interpreter runs a program's every operation as a numpy call on its
+tile, whatever the tile's size, so its time grows with the number of programs times the operations
+each runs; the split plan costs it about 60 ms a request. Here one program takes ``REQUESTS``
+requests and holds their rows as ``[REQUESTS, POSITIONS, BLOCK_V]`` tiles, so the operations are
+paid once per program instead of once per request, position and split.
+
+It computes what the split plan computes, with the same helpers and in the same order: row
+statistics in the log domain relative to the row max, the acceptance and keep decisions from
+``tl.rand`` at the canonical offsets, the walk to the first rejection (block verification: to the
+largest kept index), and the final row's Gumbel-max under the canonical scheme's noise
+(`reference.schemes`, ``canonical-v2``). Where the split plan combines per-split partial sums, this
+plan sums a row tile by tile, so sums may differ in the last bits: the outputs agree with the split
+plan's except at near ties, the same allowance both plans have against the float64 walk.
+Per-request values are ``[REQUESTS, 1]`` columns and per-row values ``[REQUESTS, POSITIONS]``.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from specsample.kernels.rejection_kernels import (
+    ACCEPT_PURPOSE,
+    BLOCK,
+    LOG_ZERO,
+    NEG_INF,
+    NO_SPLIT,
+    NOISE_GROUP,
+    NOISE_RUN,
+    PROBABILISTIC,
+    SAMPLE_NONE,
+    SAMPLE_PURPOSE,
+    SAMPLE_RESIDUAL,
+    SAMPLE_TARGET,
+    SAMPLE_WITHOUT_DRAFT,
+    STRICT,
+    SYNTHETIC,
+    _clean,
+    _draft_row_offset,
+    _geometry,
+    _inv_temperature,
+    _log_prob,
+    _offsets,
+    _philox,
+    _request_span,
+    _rescale,
+    _scaled,
+    _synthetic_accept,
+    _to_uniform,
+)
+from specsample.kernels.rejection_kernels import (
+    GEO_NUM_DRAFT_IDS as NUM_DRAFT_IDS,
+)
+from specsample.kernels.rejection_kernels import (
+    GEO_NUM_DRAFT_ROWS as NUM_DRAFT_ROWS,
+)
+from specsample.kernels.rejection_kernels import (
+    GEO_NUM_RATES as NUM_RATES,
+)
+from specsample.kernels.rejection_kernels import (
+    GEO_NUM_REQUESTS as NUM_REQUESTS,
+)
+from specsample.kernels.rejection_kernels import (
+    GEO_NUM_TARGET_ROWS as NUM_TARGET_ROWS,
+)
+from specsample.kernels.rejection_kernels import (
+    GEO_SLOT_CAPACITY as SLOT_CAPACITY,
+)
+
+
+@triton.jit
+def _noise_rows(seed, step, position, tile_start, BLOCK_V: tl.constexpr):
+    """The sampling uniforms of tokens ``tile_start + [0, BLOCK_V)`` of ``[N, 1]`` rows, ``[N, BLOCK_V]``.
+
+    Token ``t`` is word ``t % 1024 // 256`` of Philox call ``t // 1024 * 256 + t % 256``
+    (``canonical-v2``, as `rejection_kernels._noise_group` lays out a noise group). A tile of a
+    whole noise group takes the four words of 256 calls; a smaller tile (a vocabulary under 1024
+    tokens, one tile) picks each token's word from its own call.
+    """
+    if BLOCK_V >= NOISE_GROUP:
+        calls = tile_start // 4 + tl.arange(0, NOISE_RUN)[None, :]
+        w0, w1, w2, w3 = _philox(seed, step, position, SAMPLE_PURPOSE, calls)
+        # [row, lane, a, b] with run a + 2 b; the permute puts the run before the lane.
+        joined = tl.join(tl.join(_to_uniform(w0), _to_uniform(w1)), tl.join(_to_uniform(w2), _to_uniform(w3)))
+        return tl.reshape(tl.permute(joined, (0, 3, 2, 1)), (joined.shape[0], NOISE_GROUP))
+    else:
+        tokens = tile_start + tl.arange(0, BLOCK_V)[None, :]
+        calls = tokens // NOISE_GROUP * NOISE_RUN + tokens % NOISE_RUN
+        word = tokens % NOISE_GROUP // NOISE_RUN
+        w0, w1, w2, w3 = _philox(seed, step, position, SAMPLE_PURPOSE, calls)
+        return _to_uniform(tl.where(word == 0, w0, tl.where(word == 1, w1, tl.where(word == 2, w2, w3))))
+
+
+@triton.jit
+def _at(values, chosen, empty):
+    """Per request, the entry of ``values`` ``[R, P]`` where ``chosen`` ``[R, P]`` holds (once a row)."""
+    return tl.max(tl.where(chosen, values, empty), axis=1, keep_dims=True)
+
+
+@triton.jit
+def _rows_stats(row_ptr, inside, vocab_size, inv_temperature, BLOCK_V: tl.constexpr):
+    """``(max, sum of exp(e), first argmax)`` of every row: ``row_ptr`` ``[R, P]`` the rows' first
+    logits, ``inside`` ``[R, P]`` the rows to read (the others read as no finite logit)."""
+    lanes = tl.arange(0, BLOCK_V)[None, None, :]
+    row_max = tl.full(inside.shape, NEG_INF, tl.float32)
+    row_sum = tl.zeros(inside.shape, tl.float32)
+    row_arg = tl.zeros(inside.shape, tl.int32)
+    scale = inv_temperature[:, :, None]
+    tile_start = 0
+    while tile_start < vocab_size:
+        tokens = tile_start + lanes
+        in_vocab = tokens < vocab_size
+        x = _clean(tl.load(row_ptr[:, :, None] + tokens, mask=in_vocab & inside[:, :, None], other=NEG_INF))
+        tile_max, tile_lane = tl.max(x, axis=2, return_indices=True, return_indices_tie_break_left=True)
+        # Strict `>`: the first maximum wins ties, as the specification's argmax does.
+        row_arg = tl.where(tile_max > row_max, tile_start + tile_lane, row_arg)
+        new_max = tl.maximum(row_max, tile_max)
+        weights = tl.where(in_vocab, tl.exp(_scaled(x, new_max[:, :, None], scale)), 0.0)
+        row_sum = row_sum * _rescale(row_max, new_max, inv_temperature) + tl.sum(weights, axis=2)
+        row_max = new_max
+        tile_start += BLOCK_V
+    return row_max, row_sum, row_arg
+
+
+@triton.jit
+def _rows_strict_sample(row_ptr, inside, vocab_size, inv_temperature, row_max, seed, step, position,
+                        BLOCK_V: tl.constexpr):  # fmt: skip
+    """The target sample of every row by Gumbel-max, ``e(x) - log(-log u)``, ties to the lowest token.
+    ``position`` ``[1, P]`` numbers the rows of a request."""
+    lanes = tl.arange(0, BLOCK_V)[None, None, :]
+    best_key = tl.full(inside.shape, NEG_INF, tl.float32)
+    best_token = tl.zeros(inside.shape, tl.int32)
+    tile_start = 0
+    while tile_start < vocab_size:
+        tokens = tile_start + lanes
+        in_vocab = tokens < vocab_size
+        x = _clean(tl.load(row_ptr[:, :, None] + tokens, mask=in_vocab & inside[:, :, None], other=NEG_INF))
+        # The rows flattened to [R * P, 1] for the noise, then put back.
+        rows = inside.shape
+        noise = _noise_rows(
+            tl.reshape(tl.broadcast_to(seed, rows), (rows[0] * rows[1], 1)),
+            tl.reshape(tl.broadcast_to(step, rows), (rows[0] * rows[1], 1)),
+            tl.reshape(tl.broadcast_to(position, rows), (rows[0] * rows[1], 1)),
+            tile_start, BLOCK_V,
+        )  # fmt: skip
+        gumbel = -tl.log(-tl.log(tl.reshape(noise, (rows[0], rows[1], BLOCK_V))))
+        scaled = _scaled(x, row_max[:, :, None], inv_temperature[:, :, None])
+        keys = tl.where(in_vocab, scaled + gumbel, NEG_INF)
+        tile_key = tl.max(keys, axis=2)
+        tile_token = tl.min(tl.where(keys == tile_key[:, :, None], tokens, NO_SPLIT), axis=2)
+        best_token = tl.where(tile_key > best_key, tile_token, best_token)
+        best_key = tl.maximum(best_key, tile_key)
+        tile_start += BLOCK_V
+    return best_token
+
+
+@triton.jit
+def _rows_block_mass(target_row_ptr, target_inside, draft_row_ptr, draft_inside, vocab_size, inv_temperature,
+                     target_max, target_log_sum, draft_max, draft_log_sum, log_weight, draft_id,
+                     HAS_DRAFT: tl.constexpr, BLOCK_V: tl.constexpr):  # fmt: skip
+    """Block verification's residual mass ``S = sum_x max(w p(x) - q(x), 0)`` of every row, as
+    `rejection_kernels._split_block_mass` takes one split's share."""
+    lanes = tl.arange(0, BLOCK_V)[None, None, :]
+    real = (draft_id >= 0) & (draft_id < vocab_size)
+    scale = inv_temperature[:, :, None]
+    total = tl.zeros(target_max.shape, tl.float32)
+    tile_start = 0
+    while tile_start < vocab_size:
+        tokens = tile_start + lanes
+        in_vocab = tokens < vocab_size
+        x = _clean(tl.load(target_row_ptr[:, :, None] + tokens, mask=in_vocab & target_inside[:, :, None],
+                           other=NEG_INF))  # fmt: skip
+        weighted = tl.exp(
+            _scaled(x, target_max[:, :, None], scale) - target_log_sum[:, :, None] + log_weight[:, :, None]
+        )
+        if HAS_DRAFT:
+            y = _clean(tl.load(draft_row_ptr[:, :, None] + tokens,
+                               mask=in_vocab & (draft_inside & real)[:, :, None], other=NEG_INF))  # fmt: skip
+            q = tl.exp(_scaled(y, draft_max[:, :, None], scale) - draft_log_sum[:, :, None])
+            q = tl.where(real[:, :, None], q, 0.0)
+        else:
+            q = tl.where(tokens == draft_id[:, :, None], 1.0, 0.0)
+        total += tl.sum(tl.where(in_vocab, tl.maximum(weighted - q, 0.0), 0.0), axis=2)
+        tile_start += BLOCK_V
+    return total
+
+
+# Counts that change from call to call are not specialised on.
+@triton.jit(do_not_specialize=["max_num_drafts"])
+def rows_kernel(
+    target_ptr,
+    draft_ptr,
+    draft_ids_ptr,
+    cu_ptr,
+    temperature_ptr,
+    seed_ptr,
+    step_ptr,
+    draft_slot_ptr,
+    rates_ptr,
+    geometry_ptr,
+    token_ids_ptr,
+    logprobs_ptr,
+    num_emitted_ptr,
+    target_stride,
+    draft_stride,
+    slot_stride,
+    vocab_size,
+    max_num_drafts,
+    METHOD: tl.constexpr,
+    HAS_DRAFT: tl.constexpr,
+    SLOTTED: tl.constexpr,
+    REQUESTS: tl.constexpr,
+    POSITIONS: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+):
+    """Every output of ``REQUESTS`` requests: their rows' statistics and decisions, the walk, the final row.
+
+    Args:
+        The inputs, geometry record and outputs are the split plan's (`rejection_kernels`); this
+        plan has no workspace; its geometry record holds the request count ``B`` as well.
+        ``POSITIONS >= max_num_drafts + 1``.
+    """
+    # Grid (cdiv(B, REQUESTS),). Lanes past the batch repeat its last request and store nothing.
+    num_requests = _geometry(geometry_ptr, NUM_REQUESTS)
+    first = tl.program_id(0) * REQUESTS + tl.arange(0, REQUESTS)[:, None]
+    live = first < num_requests
+    request = tl.minimum(first, num_requests - 1).to(tl.int64)
+    num_target_rows = _geometry(geometry_ptr, NUM_TARGET_ROWS)
+    num_draft_ids = _geometry(geometry_ptr, NUM_DRAFT_IDS)
+    num_draft_rows = _geometry(geometry_ptr, NUM_DRAFT_ROWS)
+    slot_capacity = _geometry(geometry_ptr, SLOT_CAPACITY)
+    draft_start, num_drafts = _request_span(cu_ptr, request, max_num_drafts)
+    temperature = tl.load(temperature_ptr + request)
+    sampled = temperature > 0.0
+    inv_temperature = _inv_temperature(temperature)
+    seed = tl.load(seed_ptr + request)
+    step = tl.load(step_ptr + request)
+
+    # Every row of the requests: [R, P].
+    position = tl.arange(0, POSITIONS)[None, :]
+    is_row = position <= num_drafts
+    is_draft = position < num_drafts
+    draft_id = tl.load(
+        draft_ids_ptr + draft_start + position,
+        mask=is_draft & (draft_start + position < num_draft_ids),
+        other=-1,
+    )
+    real = is_draft & (draft_id >= 0) & (draft_id < vocab_size)
+    target_row = draft_start + request + position
+    target_inside = is_row & (target_row < num_target_rows)
+    target_offset = tl.where(target_inside, target_row, 0) * target_stride
+    target_max, target_sum, token = _rows_stats(
+        target_ptr + target_offset, target_inside, vocab_size, inv_temperature, BLOCK_V
+    )
+    target_log_sum = tl.log(target_sum)
+    if METHOD == STRICT:
+        sample = _rows_strict_sample(
+            target_ptr + target_offset, target_inside & sampled, vocab_size, inv_temperature, target_max,
+            seed, step, position, BLOCK_V,
+        )  # fmt: skip
+        token = tl.where(sampled, sample, token)
+    target_row_ptr = target_ptr + target_offset
+    scale = inv_temperature
+    log_p = _log_prob(
+        target_row_ptr, target_inside & real, draft_id, target_max, target_log_sum, scale, vocab_size
+    )
+    token_log_p = _log_prob(
+        target_row_ptr, target_inside, token, target_max, target_log_sum, inv_temperature, vocab_size
+    )
+    log_q = tl.zeros(log_p.shape, tl.float32)
+    draft_max = tl.full(log_p.shape, NEG_INF, tl.float32)
+    draft_log_sum = tl.zeros(log_p.shape, tl.float32)
+    draft_offset = tl.full(log_p.shape, -1, tl.int64)
+    if (METHOD == PROBABILISTIC or METHOD == BLOCK) and HAS_DRAFT:  # noqa: SIM109 (constexprs)
+        # q is needed where a real draft meets a sampled row, as in the split plan.
+        draft_offset = _draft_row_offset(
+            request, draft_start, position, draft_slot_ptr, num_draft_rows, slot_capacity, draft_stride,
+            slot_stride, SLOTTED,
+        )  # fmt: skip
+        needs_q = sampled & real
+        draft_inside = draft_offset >= 0
+        draft_max, draft_sum, _ = _rows_stats(
+            draft_ptr + tl.maximum(draft_offset, 0), needs_q & draft_inside, vocab_size, inv_temperature,
+            BLOCK_V,
+        )  # fmt: skip
+        draft_log_sum = tl.log(draft_sum)
+        draft_logit = _clean(
+            tl.load(
+                draft_ptr + tl.maximum(draft_offset, 0) + tl.where(real & draft_inside, draft_id, 0),
+                mask=needs_q & draft_inside,
+                other=NEG_INF,
+            )
+        )
+        log_q = _scaled(draft_logit, draft_max, inv_temperature) - draft_log_sum
+        log_q = tl.where(log_q < LOG_ZERO, NEG_INF, log_q)
+        draft_max = tl.where(needs_q, draft_max, NEG_INF)
+        draft_log_sum = tl.where(needs_q, draft_log_sum, 0.0)
+
+    # The row decisions.
+    greedy_accept = real & (draft_id == token)
+    log_weight = tl.zeros(log_p.shape, tl.float32)
+    if METHOD == SYNTHETIC:
+        accept = _synthetic_accept(
+            draft_ids_ptr, rates_ptr, draft_start, position, num_drafts, num_draft_ids,
+            _geometry(geometry_ptr, NUM_RATES), seed, step, vocab_size,
+        )  # fmt: skip
+    elif METHOD == STRICT:
+        # The row token of a sampled strict row is its target sample: the same comparison.
+        accept = greedy_accept
+    elif METHOD == PROBABILISTIC:
+        u = tl.rand(seed, _offsets(step, position.to(tl.int64), ACCEPT_PURPOSE, 0))
+        # p(d) > u q(d) in the log domain; strict `>` as in the split plan.
+        sampled_accept = real & (log_p > NEG_INF) & (log_p > tl.log(u) + log_q)
+        accept = tl.where(sampled, sampled_accept, greedy_accept)
+    else:
+        # Block verification: log w_{i+1} = min(0, log w_i + log p(d_i) / q(d_i)), -inf once -inf.
+        log_ratio = tl.where(log_p > NEG_INF, tl.where(log_q > NEG_INF, log_p - log_q, float("inf")), NEG_INF)
+        log_ratio = tl.where(real, log_ratio, NEG_INF)
+        running = tl.zeros(sampled.shape, tl.float32)
+        earlier = 0
+        while earlier < max_num_drafts:
+            ratio = _at(log_ratio, position == earlier, NEG_INF)
+            running = tl.where(running > NEG_INF, tl.minimum(running + ratio, 0.0), NEG_INF)
+            log_weight = tl.where(position == earlier + 1, running, log_weight)
+            earlier += 1
+        # Keep index i (1 <= i <= n) iff eta_i < h_i, eta_i the acceptance uniform of position i - 1;
+        # h_n = w_n, and below n h_i <= w_i, so eta_i >= w_i rejects without the mass.
+        eta = tl.rand(seed, _offsets(step, (position - 1).to(tl.int64), ACCEPT_PURPOSE, 0))
+        weight = tl.exp(log_weight)
+        needs_mass = sampled & (position >= 1) & is_draft & (eta < weight)
+        mass = _rows_block_mass(
+            target_row_ptr, target_inside & needs_mass, draft_ptr + tl.maximum(draft_offset, 0),
+            draft_offset >= 0, vocab_size, inv_temperature, target_max, target_log_sum, draft_max,
+            draft_log_sum, log_weight, draft_id, HAS_DRAFT, BLOCK_V,
+        )  # fmt: skip
+        total = mass + (1.0 - weight)
+        keep = tl.where(needs_mass, tl.where(total > 0.0, mass / total, 1.0), weight)
+        kept = tl.max(tl.where((position >= 1) & is_row & (eta < keep), position, 0), axis=1, keep_dims=True)
+        accept = tl.where(sampled, position < kept, greedy_accept)
+
+    # The walk: the first rejection, or the bonus row.
+    stop = tl.min(tl.where(is_draft & ~accept, position, num_drafts), axis=1, keep_dims=True)
+    width = max_num_drafts + 1
+    out = request * width + position
+    written = live & (position < width) & (position != stop)
+    emitted = position < stop
+    tl.store(token_ids_ptr + out, tl.where(emitted, draft_id, -1), mask=written)
+    tl.store(logprobs_ptr + out, tl.where(emitted, log_p, float("nan")), mask=written)
+    tl.store(num_emitted_ptr + request, (stop + 1).to(tl.int32), mask=live)
+
+    # The final row, at the stop.
+    at_stop = position == stop
+    final_token = _at(token, at_stop, -1)
+    final_log_p = _at(token_log_p, at_stop, NEG_INF)
+    if METHOD != STRICT:
+        final_real = _at(real.to(tl.int32), at_stop, 0) > 0
+        if METHOD == SYNTHETIC:
+            mode = tl.full(sampled.shape, SAMPLE_TARGET, tl.int32)
+        else:
+            rejected_mode = SAMPLE_RESIDUAL if HAS_DRAFT else SAMPLE_WITHOUT_DRAFT
+            mode = tl.where(final_real, rejected_mode, SAMPLE_TARGET)
+        mode = tl.where(sampled, mode, SAMPLE_NONE)
+        residual = mode == SAMPLE_RESIDUAL
+        excluded = tl.where(mode == SAMPLE_WITHOUT_DRAFT, _at(draft_id, at_stop, -1), -1)
+        final_inside = (_at(target_inside.to(tl.int32), at_stop, 0) > 0) & (mode != SAMPLE_NONE)
+        final_offset = _at(target_offset, at_stop, 0)
+        final_max = _at(target_max, at_stop, NEG_INF)
+        final_log_sum = _at(target_log_sum, at_stop, NEG_INF)
+        # The residual's p is weighted (block verification's w_m, else 1): log(w p) = e - (log_sum - log w).
+        residual_log_sum = final_log_sum - tl.where(residual, _at(log_weight, at_stop, NEG_INF), 0.0)
+        final_draft_offset = tl.where(residual, _at(draft_offset, at_stop, -1), -1)
+        final_draft_max = _at(draft_max, at_stop, NEG_INF)
+        final_draft_log_sum = _at(draft_log_sum, at_stop, NEG_INF)
+        lanes = tl.arange(0, BLOCK_V)[None, :]
+        best_key = tl.full([REQUESTS, BLOCK_V], NEG_INF, tl.float32)
+        best_token = tl.zeros([REQUESTS, BLOCK_V], tl.int32)
+        mass = tl.zeros([REQUESTS, BLOCK_V], tl.int32)
+        # The fallback when the residual has no mass: Gumbel-max of p (`_target_gumbel_max`).
+        target_key = tl.full([REQUESTS, BLOCK_V], NEG_INF, tl.float32)
+        target_token = tl.zeros([REQUESTS, BLOCK_V], tl.int32)
+        tile_start = 0
+        while tile_start < vocab_size:
+            tokens = tile_start + lanes
+            in_vocab = tokens < vocab_size
+            x = tl.load(target_ptr + final_offset + tokens, mask=in_vocab & final_inside, other=NEG_INF)
+            x = _clean(x)
+            y = _clean(
+                tl.load(
+                    draft_ptr + tl.maximum(final_draft_offset, 0) + tokens,
+                    mask=in_vocab & (final_draft_offset >= 0),
+                    other=NEG_INF,
+                )
+            )
+            exponential = -tl.log(_noise_rows(seed, step, stop, tile_start, BLOCK_V))
+            scaled = _scaled(x, final_max, inv_temperature)
+            # As `rejection_kernels._sample_tile`, both of its branches, chosen per request.
+            log_p_x = scaled - residual_log_sum
+            log_p_x = tl.where(in_vocab & (log_p_x >= LOG_ZERO), log_p_x, NEG_INF)
+            log_q_x = _scaled(y, final_draft_max, inv_temperature) - final_draft_log_sum
+            log_q_x = tl.where(log_q_x < LOG_ZERO, NEG_INF, log_q_x)
+            fraction = 1.0 - tl.exp(log_q_x - log_p_x)
+            residual_mass = (log_p_x > log_q_x) & (fraction > 0.0)
+            target_mass = (log_p_x > NEG_INF) & (tokens != excluded)
+            has_mass = tl.where(residual, residual_mass, target_mass)
+            keys = tl.where(residual, log_p_x + tl.log(fraction / exponential), log_p_x - tl.log(exponential))
+            keys = tl.where(has_mass, keys, NEG_INF)
+            take = keys > best_key
+            best_key = tl.where(take, keys, best_key)
+            best_token = tl.where(take, tokens, best_token)
+            mass = tl.where(has_mass, 1, mass)
+            kept = in_vocab & (scaled - final_log_sum >= LOG_ZERO)
+            fallback = tl.where(kept, scaled - tl.log(exponential), NEG_INF)
+            take = fallback > target_key
+            target_key = tl.where(take, fallback, target_key)
+            target_token = tl.where(take, tokens, target_token)
+            tile_start += BLOCK_V
+        key = tl.max(best_key, axis=1, keep_dims=True)
+        sampled_token = tl.min(tl.where(best_key == key, best_token, NO_SPLIT), axis=1, keep_dims=True)
+        key = tl.max(target_key, axis=1, keep_dims=True)
+        fallback_token = tl.min(tl.where(target_key == key, target_token, NO_SPLIT), axis=1, keep_dims=True)
+        sampled_token = tl.where(tl.max(mass, axis=1, keep_dims=True) > 0, sampled_token, fallback_token)
+        sampled_log_p = _log_prob(
+            target_ptr + final_offset, final_inside, sampled_token, final_max, final_log_sum, inv_temperature,
+            vocab_size,
+        )  # fmt: skip
+        final_token = tl.where(mode == SAMPLE_NONE, final_token, sampled_token)
+        final_log_p = tl.where(mode == SAMPLE_NONE, final_log_p, sampled_log_p)
+    out = request * width + stop
+    tl.store(token_ids_ptr + out, final_token.to(tl.int64), mask=live)
+    tl.store(logprobs_ptr + out, final_log_p, mask=live)
