@@ -61,13 +61,14 @@ CHECK_VALUES_ENV = "SPECSAMPLE_CHECK_VALUES"
 # picks one for both.
 LAUNCH_PLAN_ENV = "SPECSAMPLE_LAUNCH_PLAN"
 LAUNCH_PLANS = ("split", "rows")
-# A rows-plan program holds its requests' rows as one [requests, positions, tile] tile of at most
-# this many elements, its vocabulary tile at most ROWS_BLOCK_V tokens. Under the interpreter, the
-# larger the tile the fewer the operations it pays for (2**20 is Triton's largest tensor; B=200
-# n=3 V=1000: 0.17 s a call at 2**20, 0.30 s at 2**19, kernels/RESULTS.md); a GPU, which runs
-# the rows plan only to check it against the split plan, gets tiles it compiles quickly.
+# A rows-plan program holds its requests' rows as one [requests, positions, vocabulary tile] tile
+# of at most this many elements, its vocabulary tile at most this many tokens. Under the
+# interpreter, the larger the tile the fewer the operations it pays for (2**20 is Triton's largest
+# tensor; B=200 n=3 V=1000: 0.17 s a call at 2**20, 0.30 s at 2**19, kernels/RESULTS.md). A GPU runs
+# the rows plan only to check it against the split plan: small tiles, which ptxas compiles in
+# about 10 s (a 1024-token tile takes it minutes).
 ROWS_TILE_ELEMENTS = {"cpu": 2**20, "cuda": 2**12}
-ROWS_BLOCK_V = 1024
+ROWS_BLOCK_V = {"cpu": 1024, "cuda": 256}
 # A split is at most 32 per row, of 4096 tokens or a multiple. Each kernel walks it in its own
 # tiles (sizes from a block-size sweep on an H200, kernels/RESULTS.md): the memory-bound statistics
 # pass in 2048-token tiles with 4 warps; the Gumbel passes, bound by Philox and log arithmetic, in
@@ -451,8 +452,9 @@ def rows_launch(batch: SpecBatch) -> launch.Launch:
     num_requests, vocab_size = batch.num_requests, batch.vocab_size
     max_num_drafts = batch.resolved_max_num_drafts()
     positions = _next_power_of_2(max_num_drafts + 1)
-    tile = ROWS_TILE_ELEMENTS["cpu" if batch.device.type == "cpu" else "cuda"]
-    block_v = max(16, min(ROWS_BLOCK_V, _next_power_of_2(vocab_size), tile // positions))
+    device = "cpu" if batch.device.type == "cpu" else "cuda"
+    tile = ROWS_TILE_ELEMENTS[device]
+    block_v = max(16, min(ROWS_BLOCK_V[device], _next_power_of_2(vocab_size), tile // positions))
     requests = max(1, min(_next_power_of_2(num_requests), tile // (positions * block_v)))
     requests = 1 << (requests.bit_length() - 1)  # a power of two, at most the tile allows
     _, _, draft_stride, slot_stride = _draft_layout(batch)

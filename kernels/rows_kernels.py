@@ -128,26 +128,23 @@ def _rows_stats(row_ptr, inside, vocab_size, inv_temperature, BLOCK_V: tl.conste
 
 @triton.jit
 def _rows_strict_sample(row_ptr, inside, vocab_size, inv_temperature, row_max, seed, step, position,
-                        BLOCK_V: tl.constexpr):  # fmt: skip
+                        REQUESTS: tl.constexpr, POSITIONS: tl.constexpr, BLOCK_V: tl.constexpr):  # fmt: skip
     """The target sample of every row by Gumbel-max, ``e(x) - log(-log u)``, ties to the lowest token.
     ``position`` ``[1, P]`` numbers the rows of a request."""
     lanes = tl.arange(0, BLOCK_V)[None, None, :]
-    best_key = tl.full(inside.shape, NEG_INF, tl.float32)
-    best_token = tl.zeros(inside.shape, tl.int32)
+    best_key = tl.full([REQUESTS, POSITIONS], NEG_INF, tl.float32)
+    best_token = tl.zeros([REQUESTS, POSITIONS], tl.int32)
+    # The rows flattened to [R * P, 1] for the noise, which is put back to [R, P, BLOCK_V].
+    flat_seed = tl.reshape(tl.broadcast_to(seed, (REQUESTS, POSITIONS)), (REQUESTS * POSITIONS, 1))
+    flat_step = tl.reshape(tl.broadcast_to(step, (REQUESTS, POSITIONS)), (REQUESTS * POSITIONS, 1))
+    flat_position = tl.reshape(tl.broadcast_to(position, (REQUESTS, POSITIONS)), (REQUESTS * POSITIONS, 1))
     tile_start = 0
     while tile_start < vocab_size:
         tokens = tile_start + lanes
         in_vocab = tokens < vocab_size
         x = _clean(tl.load(row_ptr[:, :, None] + tokens, mask=in_vocab & inside[:, :, None], other=NEG_INF))
-        # The rows flattened to [R * P, 1] for the noise, then put back.
-        rows = inside.shape
-        noise = _noise_rows(
-            tl.reshape(tl.broadcast_to(seed, rows), (rows[0] * rows[1], 1)),
-            tl.reshape(tl.broadcast_to(step, rows), (rows[0] * rows[1], 1)),
-            tl.reshape(tl.broadcast_to(position, rows), (rows[0] * rows[1], 1)),
-            tile_start, BLOCK_V,
-        )  # fmt: skip
-        gumbel = -tl.log(-tl.log(tl.reshape(noise, (rows[0], rows[1], BLOCK_V))))
+        noise = _noise_rows(flat_seed, flat_step, flat_position, tile_start, BLOCK_V)
+        gumbel = -tl.log(-tl.log(tl.reshape(noise, (REQUESTS, POSITIONS, BLOCK_V))))
         scaled = _scaled(x, row_max[:, :, None], inv_temperature[:, :, None])
         keys = tl.where(in_vocab, scaled + gumbel, NEG_INF)
         tile_key = tl.max(keys, axis=2)
@@ -260,7 +257,7 @@ def rows_kernel(
     if METHOD == STRICT:
         sample = _rows_strict_sample(
             target_ptr + target_offset, target_inside & sampled, vocab_size, inv_temperature, target_max,
-            seed, step, position, BLOCK_V,
+            seed, step, position, REQUESTS, POSITIONS, BLOCK_V,
         )  # fmt: skip
         token = tl.where(sampled, sample, token)
     target_row_ptr = target_ptr + target_offset
@@ -378,7 +375,7 @@ def rows_kernel(
         lanes = tl.arange(0, BLOCK_V)[None, :]
         best_key = tl.full([REQUESTS, BLOCK_V], NEG_INF, tl.float32)
         best_token = tl.zeros([REQUESTS, BLOCK_V], tl.int32)
-        mass = tl.zeros([REQUESTS, BLOCK_V], tl.int32)
+        any_mass = tl.zeros([REQUESTS, BLOCK_V], tl.int32)
         # The fallback when the residual has no mass: Gumbel-max of p (`_target_gumbel_max`).
         target_key = tl.full([REQUESTS, BLOCK_V], NEG_INF, tl.float32)
         target_token = tl.zeros([REQUESTS, BLOCK_V], tl.int32)
@@ -411,9 +408,9 @@ def rows_kernel(
             take = keys > best_key
             best_key = tl.where(take, keys, best_key)
             best_token = tl.where(take, tokens, best_token)
-            mass = tl.where(has_mass, 1, mass)
-            kept = in_vocab & (scaled - final_log_sum >= LOG_ZERO)
-            fallback = tl.where(kept, scaled - tl.log(exponential), NEG_INF)
+            any_mass = tl.where(has_mass, 1, any_mass)
+            nonzero = in_vocab & (scaled - final_log_sum >= LOG_ZERO)
+            fallback = tl.where(nonzero, scaled - tl.log(exponential), NEG_INF)
             take = fallback > target_key
             target_key = tl.where(take, fallback, target_key)
             target_token = tl.where(take, tokens, target_token)
@@ -422,7 +419,7 @@ def rows_kernel(
         sampled_token = tl.min(tl.where(best_key == key, best_token, NO_SPLIT), axis=1, keep_dims=True)
         key = tl.max(target_key, axis=1, keep_dims=True)
         fallback_token = tl.min(tl.where(target_key == key, target_token, NO_SPLIT), axis=1, keep_dims=True)
-        sampled_token = tl.where(tl.max(mass, axis=1, keep_dims=True) > 0, sampled_token, fallback_token)
+        sampled_token = tl.where(tl.max(any_mass, axis=1, keep_dims=True) > 0, sampled_token, fallback_token)
         sampled_log_p = _log_prob(
             target_ptr + final_offset, final_inside, sampled_token, final_max, final_log_sum, inv_temperature,
             vocab_size,
