@@ -65,10 +65,11 @@ LAUNCH_PLANS = ("split", "rows")
 # of at most this many elements, its vocabulary tile at most this many tokens. Under the
 # interpreter, the larger the tile the fewer the operations it pays for (2**20 is Triton's largest
 # tensor; B=200 n=3 V=1000: 0.17 s a call at 2**20, 0.30 s at 2**19, kernels/RESULTS.md). A GPU runs
-# the rows plan only to check it against the split plan: small tiles, which ptxas compiles in
-# about 10 s (a 1024-token tile takes it minutes).
-ROWS_TILE_ELEMENTS = {"cpu": 2**20, "cuda": 2**12}
-ROWS_BLOCK_V = {"cpu": 1024, "cuda": 256}
+# the rows plan only to check it against the split plan, in tiles Triton compiles quickly: its
+# compile time grows faster than the tile (sm_90, one structure: 256 elements 2-4 s, 1024 12 s,
+# 4096 over 5 minutes).
+ROWS_TILE_ELEMENTS = {"cpu": 2**20, "cuda": 2**8}
+ROWS_BLOCK_V = {"cpu": 1024, "cuda": 64}
 # A split is at most 32 per row, of 4096 tokens or a multiple. Each kernel walks it in its own
 # tiles (sizes from a block-size sweep on an H200, kernels/RESULTS.md): the memory-bound statistics
 # pass in 2048-token tiles with 4 warps; the Gumbel passes, bound by Philox and log arithmetic, in

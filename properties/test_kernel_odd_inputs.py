@@ -20,7 +20,7 @@ INF, NAN = np.inf, np.nan
 
 @pytest.fixture(autouse=True, params=LAUNCH_PLANS if DEVICE == "cpu" else ("split",))
 def plan(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Every case runs under both launch plans under the interpreter; the split plan on a GPU (see
+    """Every case runs under both launch plans under the interpreter, the split plan on a GPU (see
     test_kernels.PLANS)."""
     monkeypatch.setenv(LAUNCH_PLAN_ENV, request.param)
     return str(request.param)

@@ -33,8 +33,8 @@ VOCAB_SIZES = (1, 2, 3, 5, 15, 16, 17, 31, 33)
 TEMPERATURES = (0.0, 1e-30, 1e-3, 0.5, 1.0, 2.0, 1e4)
 FAMILIES = ("normal", "peaked", "ties", "masked", "odd", "p_equals_q", "p_near_q", "disjoint")
 # Both launch plans under the interpreter. A GPU runs the split plan on generated batches: the rows
-# plan (the interpreter's) takes it about 10 s to compile per structure, and gets fixed batches here
-# and in benchmarks/sanitize_launches.py.
+# plan (the interpreter's) takes seconds to compile per structure, and gets fixed batches here and
+# in benchmarks/sanitize_launches.py.
 PLANS = LAUNCH_PLANS if DEVICE == "cpu" else ("split",)
 
 
