@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import pathlib
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -192,3 +195,45 @@ def test_interpreter_patched_once_per_launch_gives_identical_outputs(method: str
     with interpret.triton_own_interpreter():
         shipped = rejection.TritonRejectionSampler()(batch)
     _assert_same(patched, shipped)
+
+
+# Compiles the rows plan's kernel for sm_90 in a process of its own (this one runs the interpreter,
+# which neither type-checks nor compiles): `triton.compile` needs no GPU.
+_COMPILE = """
+import sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from specsample.kernels import rows_kernels
+kernel = rows_kernels.rows_kernel
+types = dict(
+    target_ptr="*fp32", draft_ptr="*bf16", draft_ids_ptr="*i64", cu_ptr="*i32", temperature_ptr="*fp32",
+    seed_ptr="*i64", step_ptr="*i64", draft_slot_ptr="*i64", rates_ptr="*fp64", geometry_ptr="*i64",
+    token_ids_ptr="*i64", logprobs_ptr="*fp32", num_emitted_ptr="*i32", target_stride="i32",
+    draft_stride="i32", slot_stride="i32", vocab_size="i32", max_num_drafts="i32",
+)
+for method, has_draft, slotted in ((0, True, True), (1, False, False), (2, True, False), (3, False, False)):
+    layout = dict(METHOD=method, HAS_DRAFT=has_draft, SLOTTED=slotted)
+    constexprs = dict(**layout, REQUESTS=2, POSITIONS=4, BLOCK_V=16)
+    signature = {**types, **{name: "constexpr" for name in constexprs}}
+    values = {(kernel.arg_names.index(name),): value for name, value in constexprs.items()}
+    source = ASTSource(fn=kernel, signature=signature, constexprs=values)
+    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+    assert "cubin" in compiled.asm, method
+print("compiled")
+"""
+
+
+def test_rows_kernel_compiles_for_the_gpu_without_one(tmp_path: pathlib.Path) -> None:
+    """Every method's branch of the rows plan's kernel compiles to an sm_90 cubin (the interpreter
+    runs code a compiler would refuse, such as a loop-carried value that changes type)."""
+    environment = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_CACHE_DIR": str(tmp_path)}
+    result = subprocess.run(
+        [sys.executable, "-c", _COMPILE],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0 and "compiled" in result.stdout, result.stderr[-3000:]
