@@ -123,8 +123,8 @@ def certify_variant(
     """The checks on every targeted case inside the variant's capabilities, then a short campaign.
 
     A sampler too slow for the profile's trials in ``check_seconds`` (a Triton kernel under the CPU
-    interpreter) gets fewer trials, measured after its first call; its verdicts then say
-    inconclusive rather than pass.
+    interpreter with one program per row, such as the split plan) gets fewer trials, measured after
+    its first call; its verdicts then say inconclusive rather than pass.
     """
     variant = load_variant(spec)
     caps = capabilities(variant)
