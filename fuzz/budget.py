@@ -104,8 +104,8 @@ def affordable_samples(
     Each batch is called once untimed (the first call compiles), then the cost is measured with one
     call of ``min(wanted, probe_trials)`` trials of each batch, the size the checks' calls come in.
     A fast sampler gets ``wanted``; a slow one (a Triton kernel under the CPU interpreter with one
-    program per row) gets fewer trials, never fewer than ``floor``. A batch the sampler raises on is left out of the
-    measure (the checks report the error).
+    program per row) gets fewer trials, never fewer than ``floor``. A batch the sampler raises on is
+    left out of the measure (the checks report the error).
     """
     trials = max(1, min(wanted, probe_trials))
     name = getattr(variant, "name", type(variant).__name__)
