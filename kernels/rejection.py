@@ -56,9 +56,9 @@ from specsample.reference.schemes import CANONICAL
 CHECK_VALUES_ENV = "SPECSAMPLE_CHECK_VALUES"
 # The launch plans: "split" (what a GPU runs: five launches of one program per request, position and
 # vocabulary split) and "rows" (one launch whose programs each take whole requests,
-# `rows_kernels`), which the Triton interpreter runs about 40 times faster. The default is "rows"
-# on the CPU and "split" on a GPU; this environment variable, or the `rejection_sample` argument,
-# picks one for both.
+# `rows_kernels`), which the Triton interpreter runs 60 to 300 times faster (kernels/RESULTS.md).
+# The default is "rows" on the CPU and "split" on a GPU; this environment variable, or the
+# `rejection_sample` argument, picks one for both.
 LAUNCH_PLAN_ENV = "SPECSAMPLE_LAUNCH_PLAN"
 LAUNCH_PLANS = ("split", "rows")
 # A rows-plan program holds its requests' rows as one [requests, positions, vocabulary tile] tile
@@ -561,7 +561,8 @@ def rejection_sample(
         raise ValueError(
             f"method is {batch.method!r}; the kernels have a branch for {', '.join(KERNEL_METHODS)} only"
         )
-    # A request's rows fill at least 16 tokens of a rows-plan tile; past 65,535 drafts, the split plan.
+    # A rows-plan tile holds at least 16 tokens of each row of a request and a Triton tensor at most
+    # 2**20 elements: past 65,535 drafts a request, the split plan.
     if launch_plan(batch.device, plan) == "rows" and batch.resolved_max_num_drafts() < 2**16:
         return _run_rows(batch)
     if batch.device.type != "cuda":

@@ -2,19 +2,20 @@
 
 Only ``@triton.jit`` code lives here; `kernels.rejection` chooses the plan and launches. The split
 plan (`rejection_kernels`, five launches of one program per request, position and vocabulary split)
-is what a GPU runs. The Triton interpreter runs a program's every operation as a numpy call on its
-tile, whatever the tile's size, so its time grows with the number of programs times the operations
-each runs; the split plan costs it about 60 ms a request. Here one program takes ``REQUESTS``
-requests and holds their rows as ``[REQUESTS, POSITIONS, BLOCK_V]`` tiles, so the operations are
-paid once per program instead of once per request, position and split.
+is what a GPU runs. The Triton interpreter runs a program's every operation through numpy at a fixed
+cost of some microseconds that a small tile hardly adds to, so its time grows with the number of
+programs times the operations each runs; the split plan costs it 50 to 80 ms a request. Here one
+program takes ``REQUESTS`` requests and holds their rows as ``[REQUESTS, POSITIONS, BLOCK_V]``
+tiles, so the operations are paid once per program instead of once per request, position and split.
 
 It computes what the split plan computes, with the same helpers and in the same order: row
 statistics in the log domain relative to the row max, the acceptance and keep decisions from
 ``tl.rand`` at the canonical offsets, the walk to the first rejection (block verification: to the
 largest kept index), and the final row's Gumbel-max under the canonical scheme's noise
-(`reference.schemes`, ``canonical-v2``). Where the split plan combines per-split partial sums, this
-plan sums a row tile by tile, so sums may differ in the last bits: the outputs agree with the split
-plan's except at near ties, the same allowance both plans have against the float64 walk.
+(`reference.schemes`, ``canonical-v2``). Where the split plan combines per-split partial results, this
+plan works through a row tile by tile, so its sums (and strict sampling's keys, taken against the
+row's final max) may differ in the last bits: the outputs agree with the split plan's except at near
+ties, the same allowance both plans have against the float64 walk.
 Per-request values are ``[REQUESTS, 1]`` columns and per-row values ``[REQUESTS, POSITIONS]``.
 """
 
