@@ -197,43 +197,57 @@ def test_interpreter_patched_once_per_launch_gives_identical_outputs(method: str
     _assert_same(patched, shipped)
 
 
-# Compiles the rows plan's kernel for sm_90 in a process of its own (this one runs the interpreter,
-# which neither type-checks nor compiles): `triton.compile` needs no GPU.
+# Compiles every kernel launch of both plans for sm_90 in a process of its own (this one runs the
+# interpreter, which neither type-checks nor compiles): `triton.compile` needs no GPU. The rows plan
+# gets the GPU's tile sizes; each launch is compiled with the argument types of a real call.
 _COMPILE = """
-import sys
+import numpy as np
+import torch
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from specsample.kernels import rows_kernels
-kernel = rows_kernels.rows_kernel
-types = dict(
-    target_ptr="*fp32", draft_ptr="*bf16", draft_ids_ptr="*i64", cu_ptr="*i32", temperature_ptr="*fp32",
-    seed_ptr="*i64", step_ptr="*i64", draft_slot_ptr="*i64", rates_ptr="*fp64", geometry_ptr="*i64",
-    token_ids_ptr="*i64", logprobs_ptr="*fp32", num_emitted_ptr="*i32", target_stride="i32",
-    draft_stride="i32", slot_stride="i32", vocab_size="i32", max_num_drafts="i32",
-)
-for method, has_draft, slotted in ((0, True, True), (1, False, False), (2, True, False), (3, False, False)):
-    layout = dict(METHOD=method, HAS_DRAFT=has_draft, SLOTTED=slotted)
-    constexprs = dict(**layout, REQUESTS=2, POSITIONS=4, BLOCK_V=16)
-    signature = {**types, **{name: "constexpr" for name in constexprs}}
-    values = {(kernel.arg_names.index(name),): value for name, value in constexprs.items()}
-    source = ASTSource(fn=kernel, signature=signature, constexprs=values)
-    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
-    assert "cubin" in compiled.asm, method
-print("compiled")
+from specsample.kernels import rejection as r
+from specsample.reference.contract import RequestData, make_batch
+
+r.ROWS_TILE_ELEMENTS["cpu"], r.ROWS_BLOCK_V["cpu"] = r.ROWS_TILE_ELEMENTS["cuda"], r.ROWS_BLOCK_V["cuda"]
+TYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64",
+         torch.int32: "i32", torch.int64: "i64"}
+rng = np.random.default_rng(0)
+for method, layout, dtype in [(m, "flat", torch.float32) for m in r.KERNEL_METHODS] + [
+    ("probabilistic", "slotted", torch.bfloat16), ("block", "one-hot", torch.float16)]:
+    draft = None if layout == "one-hot" else rng.normal(size=(2, 40))
+    requests = [RequestData(rng.normal(size=(3, 40)), [1, 2], draft)]
+    batch = make_batch(requests, method=method, dtype=dtype, synthetic_rates=[0.5, 0.5],
+                       slots=[0] if layout == "slotted" else None)
+    plan = r.make_plan(batch)
+    work = r._workspace(plan, batch.device)
+    buffers = dict(zip(r.INPUT_BUFFERS, r._batch_tensors(batch)))
+    buffers.update(zip(r.OUTPUT_BUFFERS, r._outputs(plan, batch.device)), work_ptr=work)
+    buffers.update(r._record_views(plan, work), geometry_ptr=plan.geometry)
+    for item in (*plan.launches, r.rows_launch(batch)):
+        kernel, signature, constexprs = item.kernel, {}, {}
+        for index, (name, value) in enumerate(zip(kernel.arg_names, item.arguments(buffers))):
+            if index in kernel.constexprs:
+                signature[name], constexprs[(index,)] = "constexpr", value
+            elif isinstance(value, torch.Tensor):
+                signature[name] = "*" + TYPES[value.dtype]
+            else:
+                signature[name] = "i32" if -2**31 <= value < 2**31 else "i64"
+        source = ASTSource(fn=kernel, signature=signature, constexprs=constexprs)
+        compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+        assert "cubin" in compiled.asm, (method, layout, kernel.__name__)
+        print(method, layout, kernel.__name__, "compiled")
 """
 
 
-def test_rows_kernel_compiles_for_the_gpu_without_one(tmp_path: pathlib.Path) -> None:
-    """Every method's branch of the rows plan's kernel compiles to an sm_90 cubin (the interpreter
-    runs code a compiler would refuse, such as a loop-carried value that changes type)."""
+def test_every_kernel_compiles_for_the_gpu_without_one(tmp_path: pathlib.Path) -> None:
+    """Every launch of both plans, for every method and the draft layouts and dtypes, compiles to an
+    sm_90 cubin (the interpreter runs code a compiler refuses, such as a loop-carried value that
+    changes type: the split plan's block branch once failed so on a GPU only)."""
     environment = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_CACHE_DIR": str(tmp_path)}
     result = subprocess.run(
-        [sys.executable, "-c", _COMPILE],
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=600,
+        [sys.executable, "-c", _COMPILE], env=environment, capture_output=True, text=True, timeout=600,
         check=False,
-    )
-    assert result.returncode == 0 and "compiled" in result.stdout, result.stderr[-3000:]
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.count("compiled") >= 6 * 4, result.stdout
