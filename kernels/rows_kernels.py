@@ -251,21 +251,21 @@ def rows_kernel(
     target_row = draft_start + request + position
     target_inside = is_row & (target_row < num_target_rows)
     target_offset = tl.where(target_inside, target_row, 0) * target_stride
+    target_row_ptr = target_ptr + target_offset
     target_max, target_sum, token = _rows_stats(
-        target_ptr + target_offset, target_inside, vocab_size, inv_temperature, BLOCK_V
+        target_row_ptr, target_inside, vocab_size, inv_temperature, BLOCK_V
     )
     target_log_sum = tl.log(target_sum)
     if METHOD == STRICT:
         sample = _rows_strict_sample(
-            target_ptr + target_offset, target_inside & sampled, vocab_size, inv_temperature, target_max,
-            seed, step, position, REQUESTS, POSITIONS, BLOCK_V,
+            target_row_ptr, target_inside & sampled, vocab_size, inv_temperature, target_max, seed, step,
+            position, REQUESTS, POSITIONS, BLOCK_V,
         )  # fmt: skip
         token = tl.where(sampled, sample, token)
-    target_row_ptr = target_ptr + target_offset
-    scale = inv_temperature
     log_p = _log_prob(
-        target_row_ptr, target_inside & real, draft_id, target_max, target_log_sum, scale, vocab_size
-    )
+        target_row_ptr, target_inside & real, draft_id, target_max, target_log_sum, inv_temperature,
+        vocab_size,
+    )  # fmt: skip
     token_log_p = _log_prob(
         target_row_ptr, target_inside, token, target_max, target_log_sum, inv_temperature, vocab_size
     )
