@@ -49,6 +49,7 @@ from specsample.kernels.rejection_kernels import (
     _philox,
     _request_span,
     _rescale,
+    _sample_tile,
     _scaled,
     _synthetic_accept,
     _to_uniform,
@@ -374,52 +375,54 @@ def rows_kernel(
         final_draft_max = _at(draft_max, at_stop, NEG_INF)
         final_draft_log_sum = _at(draft_log_sum, at_stop, NEG_INF)
         lanes = tl.arange(0, BLOCK_V)[None, :]
-        best_key = tl.full([REQUESTS, BLOCK_V], NEG_INF, tl.float32)
-        best_token = tl.zeros([REQUESTS, BLOCK_V], tl.int32)
-        any_mass = tl.zeros([REQUESTS, BLOCK_V], tl.int32)
-        # The fallback when the residual has no mass: Gumbel-max of p (`_target_gumbel_max`).
+        # Each tile scored under both of `rejection_kernels._sample_tile`'s laws, the residual
+        # (p - q)+ and the target p (without a rejected one-hot draft), then each request takes its own.
+        residual_key = tl.full([REQUESTS, BLOCK_V], NEG_INF, tl.float32)
+        residual_token = tl.zeros([REQUESTS, BLOCK_V], tl.int32)
+        residual_mass = tl.zeros([REQUESTS, BLOCK_V], tl.int32)
         target_key = tl.full([REQUESTS, BLOCK_V], NEG_INF, tl.float32)
         target_token = tl.zeros([REQUESTS, BLOCK_V], tl.int32)
+        target_mass = tl.zeros([REQUESTS, BLOCK_V], tl.int32)
+        # The fallback when the residual has no mass: Gumbel-max of p (`_target_gumbel_max`).
+        fallback_key = tl.full([REQUESTS, BLOCK_V], NEG_INF, tl.float32)
+        fallback_token = tl.zeros([REQUESTS, BLOCK_V], tl.int32)
         tile_start = 0
         while tile_start < vocab_size:
             tokens = tile_start + lanes
             in_vocab = tokens < vocab_size
             x = tl.load(target_ptr + final_offset + tokens, mask=in_vocab & final_inside, other=NEG_INF)
-            x = _clean(x)
-            y = _clean(
-                tl.load(
-                    draft_ptr + tl.maximum(final_draft_offset, 0) + tokens,
-                    mask=in_vocab & (final_draft_offset >= 0),
-                    other=NEG_INF,
-                )
+            y = tl.load(
+                draft_ptr + tl.maximum(final_draft_offset, 0) + tokens,
+                mask=in_vocab & (final_draft_offset >= 0),
+                other=NEG_INF,
             )
-            exponential = -tl.log(_noise_rows(seed, step, stop, tile_start, BLOCK_V))
-            scaled = _scaled(x, final_max, inv_temperature)
-            # As `rejection_kernels._sample_tile`, both of its branches, chosen per request.
-            log_p_x = scaled - residual_log_sum
-            log_p_x = tl.where(in_vocab & (log_p_x >= LOG_ZERO), log_p_x, NEG_INF)
-            log_q_x = _scaled(y, final_draft_max, inv_temperature) - final_draft_log_sum
-            log_q_x = tl.where(log_q_x < LOG_ZERO, NEG_INF, log_q_x)
-            fraction = 1.0 - tl.exp(log_q_x - log_p_x)
-            residual_mass = (log_p_x > log_q_x) & (fraction > 0.0)
-            target_mass = (log_p_x > NEG_INF) & (tokens != excluded)
-            has_mass = tl.where(residual, residual_mass, target_mass)
-            keys = tl.where(residual, log_p_x + tl.log(fraction / exponential), log_p_x - tl.log(exponential))
-            keys = tl.where(has_mass, keys, NEG_INF)
-            take = keys > best_key
-            best_key = tl.where(take, keys, best_key)
-            best_token = tl.where(take, tokens, best_token)
-            any_mass = tl.where(has_mass, 1, any_mass)
+            noise = _noise_rows(seed, step, stop, tile_start, BLOCK_V)
+            state = (residual_key, residual_token, residual_mass)
+            residual_key, residual_token, residual_mass = _sample_tile(
+                state, tokens, x, y, noise, final_max, residual_log_sum, final_draft_max, final_draft_log_sum,
+                inv_temperature, excluded, True, vocab_size,
+            )  # fmt: skip
+            state = (target_key, target_token, target_mass)
+            target_key, target_token, target_mass = _sample_tile(
+                state, tokens, x, y, noise, final_max, final_log_sum, final_draft_max, final_draft_log_sum,
+                inv_temperature, excluded, False, vocab_size,
+            )  # fmt: skip
+            scaled = _scaled(_clean(x), final_max, inv_temperature)
             nonzero = in_vocab & (scaled - final_log_sum >= LOG_ZERO)
-            fallback = tl.where(nonzero, scaled - tl.log(exponential), NEG_INF)
-            take = fallback > target_key
-            target_key = tl.where(take, fallback, target_key)
-            target_token = tl.where(take, tokens, target_token)
+            fallback = tl.where(nonzero, scaled - tl.log(-tl.log(noise)), NEG_INF)
+            take = fallback > fallback_key
+            fallback_key = tl.where(take, fallback, fallback_key)
+            fallback_token = tl.where(take, tokens, fallback_token)
             tile_start += BLOCK_V
+        best_key = tl.where(residual, residual_key, target_key)
+        best_token = tl.where(residual, residual_token, target_token)
+        any_mass = tl.where(residual, residual_mass, target_mass)
         key = tl.max(best_key, axis=1, keep_dims=True)
         sampled_token = tl.min(tl.where(best_key == key, best_token, NO_SPLIT), axis=1, keep_dims=True)
-        key = tl.max(target_key, axis=1, keep_dims=True)
-        fallback_token = tl.min(tl.where(target_key == key, target_token, NO_SPLIT), axis=1, keep_dims=True)
+        key = tl.max(fallback_key, axis=1, keep_dims=True)
+        fallback_token = tl.min(
+            tl.where(fallback_key == key, fallback_token, NO_SPLIT), axis=1, keep_dims=True
+        )
         sampled_token = tl.where(tl.max(any_mass, axis=1, keep_dims=True) > 0, sampled_token, fallback_token)
         sampled_log_p = _log_prob(
             target_ptr + final_offset, final_inside, sampled_token, final_max, final_log_sum, inv_temperature,
