@@ -188,7 +188,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     from specsample.kernels import registry
 
     print("variants:")
-    print("  reference        the float64 reference sampler (scheme canonical-v2)")
+    print("  reference        the float64 reference sampler (scheme canonical-v3)")
     print("  walk             specsample.reference.walk:WalkSampler: the vectorised walk, the mutants' host")
     for name in registry.names():
         streams = registry.get(name).streams

@@ -4,9 +4,10 @@ One call runs `rejection_kernels.row_stats_kernel` (every target row, and the dr
 probabilistic test needs, read once, except rows after a rejection already decided; each row's
 last program decides it), for block verification `block_keep_kernel` (its residual masses and
 joint keep decisions), `decide_kernel` (the walk to the first rejection and the accepted
-prefix), and for every method but strict `sample_kernel` and `emit_kernel` (Gumbel-max over the
-one final row of each request). No call reads anything back to the host,
-except ``cu_num_drafts`` once when ``batch.max_num_drafts`` is not given.
+prefix), and for every method but strict `sample_kernel` and `emit_kernel` (the block masses of
+the one final row of each request, then the block its uniform picks and a Gumbel-max within it).
+No call reads anything back to the host, except ``cu_num_drafts`` once when
+``batch.max_num_drafts`` is not given.
 
 Everything a call launches except the buffers' addresses is a function of the batch's structure
 (`make_plan`): each launch's arguments by the kernel's parameter names (`kernels.launch.Launch`),
@@ -72,22 +73,23 @@ ROWS_TILE_ELEMENTS = {"cpu": 2**20, "cuda": 2**8}
 ROWS_BLOCK_V = {"cpu": 1024, "cuda": 64}
 # A split is at most 32 per row, of 4096 tokens or a multiple. Each kernel walks it in its own
 # tiles (sizes from a block-size sweep on an H200, kernels/RESULTS.md): the memory-bound statistics
-# pass in 2048-token tiles with 4 warps; the Gumbel passes, bound by Philox and log arithmetic, in
-# 1024-token tiles, few tokens per thread, so registers stay low and occupancy high.
+# pass in 2048-token tiles with 4 warps; strict sampling (a Gumbel-max over every row, bound by
+# Philox and log arithmetic) and the sampling pass's blocks in 1024-token tiles, few tokens per
+# thread, so registers stay low and occupancy high.
 SPLIT_BLOCK_V = 4096
 MAX_SPLITS = 32
 STATS_BLOCK_V, STATS_WARPS = 2048, 4
-# The sampling pass reads a row a noise group (1024 tokens) at a time. Warps per program: 4 where
-# the batch fills the GPU with programs, 8 where a small batch's splits are cut into parts (H200,
-# B=64 n=4 V=128256: 46.3 us at 4 warps, 48.7 at 8; B=1: 3.1 and 2.6 us).
+# The sampling pass reads a row a block (1024 tokens) at a time. Warps per program: 4 where the
+# batch fills the GPU with programs, 8 where a small batch's splits are cut into parts (H100,
+# canonical-v3, B=64 n=4 V=128256: 27.4 us at 4 warps, 29.8 at 8; B=1: 2.8 and 2.5 us).
 SAMPLE_BLOCK_V, SAMPLE_WARPS, SAMPLE_WARPS_CUT = 1024, 4, 8
 STRICT_BLOCK_V, STRICT_WARPS = 1024, 4
 MAX_POS_BLOCK = 16
 # The methods the kernels have a branch for (their ``METHOD`` codes).
 KERNEL_METHODS = ("strict", "probabilistic", "synthetic", "block")
 # A small batch has too few splits to fill the GPU with sampling programs; the sampling pass then
-# cuts each split into parts of whole tiles, up to this many programs. Its result is the same: a
-# Gumbel-max is exact however the row is cut (equal keys go to the lowest token either way).
+# cuts each split into parts of whole tiles, up to this many programs. Its result is the same: each
+# block's mass is its own, however the row is cut.
 SAMPLE_PROGRAMS = 512
 # Register caps of the statistics pass per method (probabilistic, strict, synthetic). Left alone,
 # ptxas gives it 80 / 124 / 80 registers for the rarely run row-finishing code; under these caps
@@ -167,8 +169,8 @@ INPUT_BUFFERS = (
     "draft_slot_ptr", "rates_ptr",
 )  # fmt: skip
 RECORD_BUFFERS = (
-    "row_float_ptr", "row_int_ptr", "info_float_ptr", "info_int_ptr", "res_key_ptr", "res_mass_ptr",
-    "res_token_ptr", "mass_ptr",
+    "row_float_ptr", "row_int_ptr", "info_float_ptr", "info_int_ptr", "block_scale_ptr", "block_sum_ptr",
+    "mass_ptr",
 )  # fmt: skip
 OUTPUT_BUFFERS = ("token_ids_ptr", "logprobs_ptr", "num_emitted_ptr")
 CALL_BUFFERS = frozenset({*INPUT_BUFFERS, "work_ptr", "geometry_ptr", *RECORD_BUFFERS, *OUTPUT_BUFFERS})
@@ -202,7 +204,7 @@ class Plan:
 
 
 def _workspace_layout(
-    num_requests: int, width: int, num_splits: int, sample_splits: int, block: bool
+    num_requests: int, width: int, num_splits: int, num_blocks: int, block: bool
 ) -> tuple[tuple[WorkRecord, ...], int, slice]:
     """Where each record of a call's workspace lies.
 
@@ -217,7 +219,7 @@ def _workspace_layout(
         zero-initialised words.
     """
     num_rows = num_requests * width
-    sample_records = num_requests * sample_splits
+    sample_records = num_requests * num_blocks
     layout = (
         (None, jit.WORK_COUNTER, torch.int32, num_rows),
         (None, jit.WORK_STOP_FLAG, torch.int32, num_requests),
@@ -225,9 +227,8 @@ def _workspace_layout(
         ("row_int_ptr", jit.WORK_ROW_INT, torch.int32, num_rows * jit.ROW_INTS.value),
         ("info_float_ptr", None, torch.float32, num_requests * jit.INFO_FLOATS.value),
         ("info_int_ptr", None, torch.int64, num_requests * jit.INFO_INTS.value),
-        ("res_key_ptr", None, torch.float32, sample_records),
-        ("res_mass_ptr", None, torch.float32, sample_records),
-        ("res_token_ptr", None, torch.int32, sample_records),
+        ("block_scale_ptr", None, torch.float32, sample_records),
+        ("block_sum_ptr", None, torch.float32, sample_records),
         ("mass_ptr", None, torch.float32, num_rows * num_splits if block else 0),
     )
     records = []
@@ -274,6 +275,7 @@ def _read_bounds(batch: SpecBatch, num_draft_rows: int, slot_capacity: int) -> d
         jit.GEO_SLOT_CAPACITY.value: slot_capacity,
         jit.GEO_NUM_RATES.value: 0 if rates is None else rates.shape[0],
         jit.GEO_NUM_REQUESTS.value: batch.num_requests,
+        jit.GEO_MAX_NUM_DRAFTS.value: batch.resolved_max_num_drafts(),
     }
 
 
@@ -296,7 +298,9 @@ def make_plan(batch: SpecBatch) -> Plan:
         parts *= 2
     sample_splits = num_splits * parts
     block = rules.verifies_jointly
-    records, work_words, zeroed = _workspace_layout(num_requests, width, num_splits, sample_splits, block)
+    # The final row's block masses (`reference.schemes`, canonical-v3), one per block of NOISE_GROUP tokens.
+    num_blocks = _cdiv(vocab_size, jit.NOISE_GROUP.value)
+    records, work_words, zeroed = _workspace_layout(num_requests, width, num_splits, num_blocks, block)
 
     num_draft_rows, slot_capacity, draft_stride, slot_stride = _draft_layout(batch)
     counts = _read_bounds(batch, num_draft_rows, slot_capacity)
@@ -345,7 +349,7 @@ def make_plan(batch: SpecBatch) -> Plan:
             launch.Launch.of(
                 jit.sample_kernel, (num_requests, sample_splits, 1),
                 values=dict(
-                    vocab_size=vocab_size, num_splits=sample_splits, TILES_PER_SPLIT=sample_tiles // parts,
+                    vocab_size=vocab_size, num_blocks=num_blocks, TILES_PER_SPLIT=sample_tiles // parts,
                     BLOCK_V=sample_block,
                 ),
                 options=dict(num_warps=SAMPLE_WARPS_CUT if parts > 1 else SAMPLE_WARPS), buffers=CALL_BUFFERS,
@@ -353,8 +357,8 @@ def make_plan(batch: SpecBatch) -> Plan:
             launch.Launch.of(
                 jit.emit_kernel, (num_requests, 1, 1),
                 values=dict(
-                    vocab_size=vocab_size, max_num_drafts=max_num_drafts, num_splits=sample_splits,
-                    SPLIT_BLOCK=_next_power_of_2(sample_splits),
+                    vocab_size=vocab_size, max_num_drafts=max_num_drafts, num_blocks=num_blocks,
+                    NUM_BLOCKS=_next_power_of_2(num_blocks),
                 ),
                 options=dict(num_warps=4), buffers=CALL_BUFFERS,
             ),
@@ -463,9 +467,10 @@ def rows_launch(batch: SpecBatch) -> launch.Launch:
         rows_kernels.rows_kernel, (_cdiv(num_requests, requests), 1, 1),
         values=dict(
             target_stride=batch.target_logits.stride(0), draft_stride=draft_stride, slot_stride=slot_stride,
-            vocab_size=vocab_size, max_num_drafts=max_num_drafts, METHOD=METHODS[batch.method].kernel_code,
+            vocab_size=vocab_size, METHOD=METHODS[batch.method].kernel_code,
             HAS_DRAFT=batch.draft_logits is not None, SLOTTED=batch.slotted, REQUESTS=requests,
             POSITIONS=positions, BLOCK_V=block_v,
+            NUM_BLOCKS=_next_power_of_2(_cdiv(vocab_size, jit.NOISE_GROUP.value)),
         ),
         options=dict(num_warps=4), buffers=CALL_BUFFERS,
     )  # fmt: skip

@@ -23,12 +23,15 @@ runs up to five launches:
    verification: to ``m``, the largest kept index), or the bonus row, writes the accepted prefix,
    the padding and ``num_emitted``, and either writes the emitted token (greedy and strict rows)
    or leaves the final row's statistics for the next two kernels.
-4. `sample_kernel`, grid ``(B, num_splits)``: Gumbel-max over one split of the final row only:
-   the residual ``(p - q)+`` (block verification's ``(w_m p - q)+``) and the target ``p`` (the
-   fallback when the residual has no mass).
-   The noise is the canonical scheme's (``canonical-v2``, `reference.schemes`): each Philox call
-   gives four uniforms, each word a run of 256 consecutive tokens of a 1024-token noise group.
-5. `emit_kernel`, grid ``(B,)``: combines the split candidates and writes the emitted token.
+4. `sample_kernel`, grid ``(B, num_splits)``: the block masses of one split of the final row only,
+   under the residual ``(p - q)+`` (block verification's ``(w_m p - q)+``) or the target ``p``:
+   one exponential per token, no noise (the canonical scheme, ``canonical-v3``,
+   `reference.schemes`, draws a row within one block of 1024 tokens that the inverse CDF of
+   the block masses picks).
+5. `emit_kernel`, grid ``(B,)``: picks each final row's block with the row's 53-bit block uniform
+   (the target law's masses where the residual has none), draws the Gumbel-max within it (each
+   Philox call gives four uniforms, each word a run of 256 consecutive tokens of the block) and
+   writes the emitted token.
 
 Numbers follow `reference.law`: NaN logits count as ``-inf``; a row with ``+inf`` logits is uniform
 over them; a row with no finite logit is uniform over the vocabulary. Everything is computed in
@@ -55,10 +58,15 @@ SAMPLE_RESIDUAL = tl.constexpr(3)  # y ~ (p - q)+
 
 ACCEPT_PURPOSE = tl.constexpr(0)
 SAMPLE_PURPOSE = tl.constexpr(1)
-# canonical-v2 reads each word of a Philox call as a run of NOISE_RUN tokens, four runs a group.
+BLOCK_PURPOSE = tl.constexpr(2)
+# The canonical scheme reads each word of a Philox call as a run of NOISE_RUN tokens, four runs a
+# group; a group is also the block the final row's inverse CDF picks.
 NOISE_RUN = tl.constexpr(256)
 NOISE_GROUP = tl.constexpr(1024)
 
+# A row whose block masses (`_row_block_mass`, relative to the row's largest probability) sum below
+# this is recomputed block by block, each relative to its own largest (`_block_mass`).
+FAST_MASS_FLOOR = tl.constexpr(2.0**-60)
 # ln(2**-1075): float64 rounds a probability below this to zero.
 LOG_ZERO = tl.constexpr(-745.1332191019412)
 # Temperatures above this act as this: the law is uniform to within 1e-30 either way, and the
@@ -120,7 +128,8 @@ WORK_STOP_FLAG = tl.constexpr(6)  # int32 [B], zero at launch
 WORK_ROW_FLOAT = tl.constexpr(7)  # fp32 [B * (max_n + 1), ROW_FLOATS]
 WORK_ROW_INT = tl.constexpr(8)  # int32 [B * (max_n + 1), ROW_INTS]
 GEO_NUM_REQUESTS = tl.constexpr(9)  # B, read by the rows plan (`rows_kernels`) only
-GEOMETRY_FIELDS = tl.constexpr(10)
+GEO_MAX_NUM_DRAFTS = tl.constexpr(10)  # max_n, read by the rows plan only
+GEOMETRY_FIELDS = tl.constexpr(11)
 
 
 @triton.jit
@@ -253,7 +262,7 @@ def _noise_group(seed, step, position, group_start):
     """The uniforms of tokens ``group_start + [0, NOISE_GROUP)`` of one row's sampling stream.
 
     Returns four ``[NOISE_RUN]`` runs, run ``j`` the tokens ``group_start + j * NOISE_RUN + lane``:
-    word ``j`` of the Philox call ``group_start / 4 + lane`` (``canonical-v2``,
+    word ``j`` of the Philox call ``group_start / 4 + lane`` (``canonical-v3``,
     `reference.schemes`). ``group_start`` is a multiple of ``NOISE_GROUP``.
     """
     calls = group_start // 4 + tl.arange(0, NOISE_RUN)
@@ -1100,68 +1109,246 @@ def decide_kernel(
 
 
 @triton.jit
-def _target_gumbel_max(target_row_ptr, target_inside, target_max, target_log_sum, inv_temperature, seed, step,
-                       position, vocab_size):  # fmt: skip
-    """Gumbel-max of the target law over the whole row: ``(key, token)``, ties to the lowest token.
+def _tile_law(x, y, target_max, target_log_sum, draft_max, draft_log_sum, inv_temperature, tokens,
+              vocab_size, draft_token, residual):  # fmt: skip
+    """The weights of a tile under the final row's law: ``(log p, fraction, has mass)``.
 
-    The key of a token is ``e(x) - log(-log u)`` over the tokens whose probability float64 keeps;
-    each lane keeps its own best across tiles (tiles ascend, so a lane's earlier token wins ties),
-    and one reduction at the end picks the lowest token among the best keys.
+    A token's weight is ``p * fraction``: the residual ``(p - q)+ = p (1 - q / p)`` where ``p > q``,
+    else ``p`` itself (without ``draft_token``); ``has mass`` marks the tokens of positive weight.
+    A token past the vocabulary has no mass, whatever it reads (``-inf`` equals the max of a row
+    without a finite logit, whose tokens are uniform).
     """
-    lanes = tl.arange(0, NOISE_GROUP)
-    best_key = tl.full([NOISE_GROUP], NEG_INF, tl.float32)
-    best_token = tl.zeros([NOISE_GROUP], tl.int32)
-    group_start = 0
-    while group_start < vocab_size:
-        tokens = group_start + lanes
-        in_vocab = tokens < vocab_size
-        x = _clean(tl.load(target_row_ptr + tokens, mask=in_vocab & target_inside, other=NEG_INF))
-        scaled = _scaled(x, target_max, inv_temperature)
-        keep = in_vocab & (scaled - target_log_sum >= LOG_ZERO)
-        u = _noise_tile(seed, step, position, group_start)
-        keys = tl.where(keep, scaled - tl.log(-tl.log(u)), NEG_INF)
-        take = keys > best_key
-        best_key = tl.where(take, keys, best_key)
-        best_token = tl.where(take, tokens, best_token)
-        group_start += NOISE_GROUP
-    key = tl.max(best_key, axis=0)
-    token = tl.min(tl.where(best_key == key, best_token, NO_SPLIT), axis=0)
-    return key, token
+    log_p = _scaled(_clean(x), target_max, inv_temperature) - target_log_sum
+    # A probability float64 rounds to zero never wins, as in the specification.
+    log_p = tl.where((log_p >= LOG_ZERO) & (tokens < vocab_size), log_p, NEG_INF)
+    if residual:
+        log_q = _scaled(_clean(y), draft_max, inv_temperature) - draft_log_sum
+        log_q = tl.where(log_q >= LOG_ZERO, log_q, NEG_INF)
+        # 1 - q / p is 0 or at least 2**-24.
+        fraction = 1.0 - tl.exp(log_q - log_p)
+        has_mass = (log_p > log_q) & (fraction > 0.0)
+    else:
+        fraction = tl.full(log_p.shape, 1.0, tl.float32)
+        has_mass = (log_p > NEG_INF) & (tokens != draft_token)
+    return log_p, fraction, has_mass
 
 
 @triton.jit
-def _sample_tile(state, tokens, x, y, u, target_max, target_log_sum, draft_max, draft_log_sum,
-                 inv_temperature, draft_token, residual, vocab_size):  # fmt: skip
-    """One tile of the sampling pass: ``state = (best key, best token, has mass)`` per lane, updated.
+def _block_mass(log_p, fraction, has_mass, axis: tl.constexpr, keep_dims: tl.constexpr):
+    """The mass of a block of tokens along ``axis`` as ``(scale, sum)``: ``exp(scale) * sum`` is the
+    sum of the weights ``p * fraction`` (`_tile_law`), with ``scale`` the block's largest ``log p``
+    (``-inf`` and 0 where the block has no mass): no underflow however small the block's mass."""
+    scale = tl.max(tl.where(has_mass, log_p, NEG_INF), axis=axis, keep_dims=True)
+    weight = tl.exp(log_p - tl.where(scale > NEG_INF, scale, 0.0)) * fraction
+    total = tl.sum(tl.where(has_mass, weight, 0.0), axis=axis, keep_dims=keep_dims)
+    return tl.max(scale, axis=axis, keep_dims=keep_dims), total
 
-    The key of a token with residual log-weight ``r`` is ``r - log(E)``, ``E = -log u``; for the
-    residual ``r = log p + log(1 - q / p)``, so the key is ``log p + log((1 - q / p) / E)``.
-    """
-    best_key, best_token, mass = state
-    in_vocab = tokens < vocab_size
-    log_p = _scaled(_clean(x), target_max, inv_temperature) - target_log_sum
-    # A probability float64 rounds to zero never wins, as in the specification.
-    log_p = tl.where(in_vocab & (log_p >= LOG_ZERO), log_p, NEG_INF)
-    # E = -log u: +inf at u == 0, where the key is -inf as the Gumbel noise would make it.
+
+@triton.jit
+def _row_block_mass(log_p, fraction, has_mass, top, axis: tl.constexpr):
+    """`_block_mass` with the row's bound ``top >= log p`` for a scale, with no reduction before the
+    exponential: ``(top or -inf where the block has no mass, sum)``. Weights more than ``2**-126``
+    below ``exp(top)`` underflow; `_emit_token` recomputes a row whose masses sum below
+    ``FAST_MASS_FLOOR`` with `_block_mass`, so what underflows is at most ``V 2**-126 / 2**-60`` of
+    the row's mass."""
+    weight = tl.where(has_mass, tl.exp(log_p - top) * fraction, 0.0)
+    scale = tl.where(tl.max(has_mass.to(tl.int32), axis=axis) > 0, top, NEG_INF)
+    return scale, tl.sum(weight, axis=axis)
+
+
+@triton.jit
+def _block_keys(log_p, fraction, has_mass, u, residual):
+    """The Gumbel-max keys of a tile, ``log(p * fraction) - log(E)`` with ``E = -log u`` (``+inf``
+    at ``u == 0``, where the key is ``-inf`` as the Gumbel noise would make it)."""
     exponential = -tl.log(u)
-    if residual:
-        log_q = _scaled(_clean(y), draft_max, inv_temperature) - draft_log_sum
-        log_q = tl.where(log_q < LOG_ZERO, NEG_INF, log_q)
-        # (p - q)+ = p (1 - q / p) where p > q; 1 - q / p is 0 or at least 2**-24, and E at most
-        # 21.5, so the quotient below never underflows.
-        fraction = 1.0 - tl.exp(log_q - log_p)
-        has_mass = (log_p > log_q) & (fraction > 0.0)
-        keys = tl.where(has_mass, log_p + tl.log(fraction / exponential), NEG_INF)
+    if residual:  # noqa: SIM108 (a runtime scalar in the split plan: a branch, not a select)
+        # fraction is 0 or at least 2**-24 and E at most 21.5: the quotient never underflows.
+        keys = log_p + tl.log(fraction / exponential)
     else:
-        has_mass = (log_p > NEG_INF) & (tokens != draft_token)
-        keys = tl.where(has_mass, log_p - tl.log(exponential), NEG_INF)
-    # Strict `>`: tiles ascend, so a lane keeps its lowest token among equal keys.
-    take = keys > best_key
-    return tl.where(take, keys, best_key), tl.where(take, tokens, best_token), tl.where(has_mass, 1, mass)
+        keys = log_p - tl.log(exponential)
+    return tl.where(has_mass, keys, NEG_INF)
 
 
-@triton.jit(do_not_specialize=["num_splits"])
+@triton.jit
+def _block_uniform(seed, step, position):
+    """The row's 53-bit block uniform, float64 in ``[0, 1)``: words 0 and 1 of the Philox call at
+    ``_offsets(step, position, BLOCK_PURPOSE, 0)``, ``((w0 >> 5) 2**26 + (w1 >> 6)) 2**-53``."""
+    w0, w1, _, _ = _philox(seed, step, position, BLOCK_PURPOSE, tl.zeros_like(position).to(tl.int32))
+    bits = (w0 >> 5).to(tl.int64) * 67108864 + (w1 >> 6).to(tl.int64)
+    return bits.to(tl.float64) * 1.1102230246251565e-16
+
+
+@triton.jit
+def _pick_block(scale, total, u, NUM_BLOCKS: tl.constexpr):
+    """Per row of ``[N, NUM_BLOCKS]`` block masses ``(scale, sum)``, the block whose cumulative mass
+    first exceeds ``u`` (``[N, 1]``) times the row's mass, ``[N, 1]``: the masses in float64,
+    relative to the row's largest scale; never past the last block with mass, 0 for a row without
+    mass."""
+    top = tl.max(scale, axis=1, keep_dims=True)
+    relative = tl.where(scale > NEG_INF, scale - tl.where(top > NEG_INF, top, 0.0), 0.0).to(tl.float64)
+    mass = tl.where(scale > NEG_INF, tl.exp(relative) * total.to(tl.float64), 0.0)
+    cumulative = tl.cumsum(mass, axis=1)
+    whole = tl.max(cumulative, axis=1, keep_dims=True)
+    picked = tl.sum((cumulative <= u * whole).to(tl.int32), axis=1, keep_dims=True)
+    index = tl.arange(0, NUM_BLOCKS)[None, :]
+    last = tl.max(tl.where(mass > 0.0, index, 0), axis=1, keep_dims=True)
+    return tl.minimum(picked, last)
+
+
+@triton.jit
+def _final_row(info_int, info_float, mode):
+    """What `decide_kernel` recorded of a request's final row: ``(target offset, draft offset, the
+    excluded draft token, residual or not, (target max, target log-sum, the residual's log-sum,
+    draft max, draft log-sum))``; the draft fields only in residual mode."""
+    residual = mode == SAMPLE_RESIDUAL
+    target_log_sum = tl.load(info_float + INFO_TARGET_LOG_SUM)
+    # The residual's p is weighted (block verification's w_m, else 1): log(w p) = e - (log_sum - log w).
+    residual_log_sum = target_log_sum - tl.where(residual, tl.load(info_float + INFO_LOG_WEIGHT), 0.0)
+    laws = (
+        tl.load(info_float + INFO_TARGET_MAX),
+        target_log_sum,
+        residual_log_sum,
+        tl.load(info_float + INFO_DRAFT_MAX, mask=residual, other=NEG_INF),
+        tl.load(info_float + INFO_DRAFT_LOG_SUM, mask=residual, other=0.0),
+    )
+    target_offset = tl.load(info_int + INFO_TARGET_OFFSET)
+    draft_offset = tl.load(info_int + INFO_DRAFT_OFFSET, mask=residual, other=-1)
+    return target_offset, draft_offset, tl.load(info_int + INFO_DRAFT_TOKEN), residual, laws
+
+
+@triton.jit
+def _emit_token(target_row_ptr, draft_row_ptr, target_inside, draft_inside, block_scale_ptr, block_sum_ptr,
+                request, num_blocks, vocab_size, mode, draft_token, target_max, target_log_sum,
+                residual_log_sum, draft_max, draft_log_sum, inv_temperature, seed, step, position, out,
+                token_ids_ptr, logprobs_ptr, NUM_BLOCKS: tl.constexpr):  # fmt: skip
+    """Draw a final row's token from its block masses, and write it and its logprob at ``out``.
+
+    The block is the one whose cumulative mass first exceeds ``u`` times the row's (``u`` the row's
+    53-bit block uniform, `_block_uniform`; the masses summed in float64); the token is the
+    Gumbel-max of that block alone, under the canonical noise (`_noise_tile`). A row whose residual
+    has no mass (p <= q everywhere, up to rounding) is drawn from p: p's block masses are then
+    computed here over the whole row, the specification's fallback, rare enough to run slowly; so
+    are a row's masses whose sum `sample_kernel` found below ``FAST_MASS_FLOOR`` (a residual of
+    tiny probabilities only), each block relative to its own largest weight.
+    """
+    residual = mode == SAMPLE_RESIDUAL
+    lanes = tl.arange(0, NOISE_GROUP)
+    blocks = tl.arange(0, NUM_BLOCKS)[None, :]
+    records = request.to(tl.int64) * num_blocks + blocks
+    scale = tl.load(block_scale_ptr + records, mask=blocks < num_blocks, other=NEG_INF, cache_modifier=".cg")
+    total = tl.load(block_sum_ptr + records, mask=blocks < num_blocks, other=0.0, cache_modifier=".cg")
+    law_log_sum = residual_log_sum
+    if tl.sum(tl.sum(tl.where(scale > NEG_INF, total, 0.0), axis=1), axis=0) < FAST_MASS_FLOOR:
+        if tl.max(tl.max(scale, axis=1), axis=0) == NEG_INF:
+            # The residual has no mass: the target law, as the specification says.
+            residual = mode < 0
+            draft_token = tl.full([], -1, tl.int64)
+            law_log_sum = target_log_sum
+        block = 0
+        while block < num_blocks:
+            tokens = block * NOISE_GROUP + lanes
+            in_vocab = tokens < vocab_size
+            x = tl.load(target_row_ptr + tokens, mask=in_vocab & target_inside, other=NEG_INF)
+            y = tl.load(draft_row_ptr + tokens, mask=in_vocab & residual & draft_inside, other=NEG_INF)
+            log_p, fraction, block_has_mass = _tile_law(
+                x, y, target_max, law_log_sum, draft_max, draft_log_sum, inv_temperature, tokens,
+                vocab_size, draft_token, residual,
+            )  # fmt: skip
+            block_scale, block_total = _block_mass(log_p, fraction, block_has_mass, 0, False)
+            scale = tl.where(blocks == block, block_scale, scale)
+            total = tl.where(blocks == block, block_total, total)
+            block += 1
+    u = _block_uniform(seed, step, position)
+    block = tl.sum(tl.reshape(_pick_block(scale, total, u, NUM_BLOCKS), (1,)), axis=0)
+    tokens = block * NOISE_GROUP + lanes
+    in_vocab = tokens < vocab_size
+    x = tl.load(target_row_ptr + tokens, mask=in_vocab & target_inside, other=NEG_INF)
+    y = tl.load(draft_row_ptr + tokens, mask=in_vocab & residual & draft_inside, other=NEG_INF)
+    log_p, fraction, has_mass = _tile_law(
+        x, y, target_max, law_log_sum, draft_max, draft_log_sum, inv_temperature, tokens, vocab_size,
+        draft_token, residual,
+    )  # fmt: skip
+    noise = _noise_tile(seed, step, position, block * NOISE_GROUP)
+    keys = _block_keys(log_p, fraction, has_mass, noise, residual)
+    key = tl.max(keys, axis=0)
+    token = tl.min(tl.where(keys == key, tokens, NO_SPLIT), axis=0)
+    # A block with mass has a finite key; a row without any (only where every logit rounds
+    # to probability 0) emits the block's first token, as the walk's argmax of -inf does.
+    token = tl.where(key > NEG_INF, token, block * NOISE_GROUP)
+    # log p of the token from the tile in hand, as `_log_prob` computes it from memory.
+    logit = tl.max(tl.where(tokens == token, _clean(x), NEG_INF), axis=0)
+    log_p = _scaled(logit, target_max, inv_temperature) - target_log_sum
+    tl.store(token_ids_ptr + out, token.to(tl.int64))
+    tl.store(logprobs_ptr + out, tl.where(log_p < LOG_ZERO, NEG_INF, log_p))
+
+
+@triton.jit(do_not_specialize=["num_blocks"])
 def sample_kernel(
+    target_ptr,
+    draft_ptr,
+    temperature_ptr,
+    info_int_ptr,
+    info_float_ptr,
+    block_scale_ptr,
+    block_sum_ptr,
+    vocab_size,
+    num_blocks,
+    TILES_PER_SPLIT: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+):
+    """The block masses of one split of a request's final row under the residual (or restricted) law.
+
+    The split is read a block of ``NOISE_GROUP`` tokens at a time (`reference.schemes`,
+    ``canonical-v3``: a row is drawn within one block, picked by the inverse CDF of the block
+    masses); a block's mass costs one exponential per token besides the residual's own
+    (`_tile_law`, `_block_mass`). `emit_kernel` picks the block and draws the token.
+
+    Args:
+        target_ptr: ``[R, V]`` fp32/fp16/bf16 target logits.
+        draft_ptr: ``[D, V]`` or ``[S, K, V]`` draft logits (read only in residual mode).
+        temperature_ptr: ``[B]`` fp32.
+        info_int_ptr: ``[B, 5]`` int64 and info_float_ptr: ``[B, 5]`` fp32 records of `decide_kernel`.
+        block_scale_ptr, block_sum_ptr: ``[B * num_blocks]`` fp32 outputs, the mass of each block
+            as ``exp(scale) * sum`` (`_block_mass`; ``-inf`` and 0 for a block without mass).
+    """
+    # Grid (B, num_splits): one program per request and vocabulary split; requests whose token is
+    # already known exit at once.
+    request = tl.program_id(0)
+    split = tl.program_id(1)
+    info_int = info_int_ptr + request.to(tl.int64) * INFO_INTS
+    mode = tl.load(info_int + INFO_MODE)
+    if mode != SAMPLE_NONE:
+        target_offset, draft_offset, draft_token, residual, laws = _final_row(
+            info_int, info_float_ptr + request.to(tl.int64) * INFO_FLOATS, mode
+        )
+        target_max, _, residual_log_sum, draft_max, draft_log_sum = laws
+        inv_temperature = _inv_temperature(tl.load(temperature_ptr + request))
+        target_row_ptr = target_ptr + tl.maximum(target_offset, 0)
+        draft_row_ptr = draft_ptr + tl.maximum(draft_offset, 0)
+        lanes = tl.arange(0, NOISE_GROUP)
+        first = split * (TILES_PER_SPLIT * BLOCK_V)
+        target_inside = target_offset >= 0
+        draft_inside = residual & (draft_offset >= 0)
+        # A split is a whole number of blocks, or a single split shorter than a block.
+        for group in range(0, TILES_PER_SPLIT * BLOCK_V, NOISE_GROUP):
+            tokens = first + group + lanes
+            in_vocab = tokens < vocab_size
+            x = tl.load(target_row_ptr + tokens, mask=in_vocab & target_inside, other=NEG_INF)
+            y = tl.load(draft_row_ptr + tokens, mask=in_vocab & draft_inside, other=NEG_INF)
+            log_p, fraction, has_mass = _tile_law(
+                x, y, target_max, residual_log_sum, draft_max, draft_log_sum, inv_temperature, tokens,
+                vocab_size, draft_token, residual,
+            )  # fmt: skip
+            # log p <= -log_sum: every weight relative to the row's largest possible one.
+            scale, total = _row_block_mass(log_p, fraction, has_mass, -residual_log_sum, 0)
+            block = (first + group) // NOISE_GROUP
+            record = request.to(tl.int64) * num_blocks + block
+            tl.store(block_scale_ptr + record, scale, mask=block < num_blocks)
+            tl.store(block_sum_ptr + record, total, mask=block < num_blocks)
+
+
+@triton.jit(do_not_specialize=["max_num_drafts", "num_blocks"])
+def emit_kernel(
     target_ptr,
     draft_ptr,
     temperature_ptr,
@@ -1169,22 +1356,16 @@ def sample_kernel(
     step_ptr,
     info_int_ptr,
     info_float_ptr,
-    res_key_ptr,
-    res_token_ptr,
-    res_mass_ptr,
+    block_scale_ptr,
+    block_sum_ptr,
+    token_ids_ptr,
+    logprobs_ptr,
     vocab_size,
-    num_splits,
-    TILES_PER_SPLIT: tl.constexpr,
-    BLOCK_V: tl.constexpr,
+    max_num_drafts,
+    num_blocks,
+    NUM_BLOCKS: tl.constexpr,
 ):
-    """Gumbel-max candidate of one split of a request's final row under the residual (or restricted) law.
-
-    The split is read a noise group at a time (`_noise_tile`: 256 Philox calls give the uniforms of
-    1024 tokens), each tile scored by `_sample_tile` (Gumbel-max ``r - log(-log u)``, one
-    logarithm besides ``log u``). Each lane keeps its best candidate across tiles and the split
-    reduces once at the end. The target law, the fallback
-    when the residual has no mass anywhere in the row, is left to `emit_kernel`: it is needed only
-    in that degenerate case.
+    """Draw each final row's token from its block masses (`_emit_token`) and write it and its logprob.
 
     Args:
         target_ptr: ``[R, V]`` fp32/fp16/bf16 target logits.
@@ -1192,124 +1373,25 @@ def sample_kernel(
         temperature_ptr: ``[B]`` fp32.
         seed_ptr, step_ptr: ``[B]`` int64.
         info_int_ptr: ``[B, 5]`` int64 and info_float_ptr: ``[B, 5]`` fp32 records of `decide_kernel`.
-        res_key_ptr: ``[B * num_splits]`` fp32 output: best key of the residual (or restricted) law.
-        res_token_ptr: ``[B * num_splits]`` int32 output: its token, the lowest among equal keys.
-        res_mass_ptr: ``[B * num_splits]`` fp32 output: 0 when the split holds residual mass,
-            ``-inf`` when it holds none.
-    """
-    # Grid (B, num_splits): one program per request and vocabulary split; requests whose token is
-    # already known exit at once. Only this kernel draws Gumbel noise for probabilistic rows.
-    request = tl.program_id(0)
-    split = tl.program_id(1)
-    info_int = info_int_ptr + request.to(tl.int64) * INFO_INTS
-    mode = tl.load(info_int + INFO_MODE)
-    if mode != SAMPLE_NONE:
-        info_float = info_float_ptr + request.to(tl.int64) * INFO_FLOATS
-        position = tl.load(info_int + INFO_POSITION)
-        target_offset = tl.load(info_int + INFO_TARGET_OFFSET)
-        draft_token = tl.load(info_int + INFO_DRAFT_TOKEN)
-        target_max = tl.load(info_float + INFO_TARGET_MAX)
-        target_log_sum = tl.load(info_float + INFO_TARGET_LOG_SUM)
-        residual = mode == SAMPLE_RESIDUAL
-        # The residual's p is weighted (block verification's w_m, else 1): log(w p) = e - (log_sum - log w).
-        residual_log_sum = target_log_sum - tl.where(residual, tl.load(info_float + INFO_LOG_WEIGHT), 0.0)
-        draft_offset = tl.load(info_int + INFO_DRAFT_OFFSET, mask=residual, other=-1)
-        draft_max = tl.load(info_float + INFO_DRAFT_MAX, mask=residual, other=NEG_INF)
-        draft_log_sum = tl.load(info_float + INFO_DRAFT_LOG_SUM, mask=residual, other=0.0)
-        inv_temperature = _inv_temperature(tl.load(temperature_ptr + request))
-        seed = tl.load(seed_ptr + request)
-        step = tl.load(step_ptr + request)
-        target_row_ptr = target_ptr + tl.maximum(target_offset, 0)
-        draft_row_ptr = draft_ptr + tl.maximum(draft_offset, 0)
-        lanes = tl.arange(0, NOISE_GROUP)
-        first = split * (TILES_PER_SPLIT * BLOCK_V)
-        best_key = tl.full([NOISE_GROUP], NEG_INF, tl.float32)
-        best_token = tl.zeros([NOISE_GROUP], tl.int32) + first
-        mass = tl.zeros([NOISE_GROUP], tl.int32)
-        target_inside = target_offset >= 0
-        draft_inside = residual & (draft_offset >= 0)
-        # A split is a whole number of noise groups, or a single split shorter than one group.
-        for group in range(0, TILES_PER_SPLIT * BLOCK_V, NOISE_GROUP):
-            tokens = first + group + lanes
-            in_vocab = tokens < vocab_size
-            x = tl.load(target_row_ptr + tokens, mask=in_vocab & target_inside, other=NEG_INF)
-            y = tl.load(draft_row_ptr + tokens, mask=in_vocab & draft_inside, other=NEG_INF)
-            u = _noise_tile(seed, step, position, first + group)
-            state = (best_key, best_token, mass)
-            best_key, best_token, mass = _sample_tile(
-                state, tokens, x, y, u, target_max, residual_log_sum, draft_max, draft_log_sum,
-                inv_temperature, draft_token, residual, vocab_size,
-            )  # fmt: skip
-        key = tl.max(best_key, axis=0)
-        token = tl.min(tl.where(best_key == key, best_token, NO_SPLIT), axis=0)
-        record = request.to(tl.int64) * num_splits + split
-        tl.store(res_key_ptr + record, key)
-        tl.store(res_token_ptr + record, token)
-        tl.store(res_mass_ptr + record, tl.where(tl.max(mass, axis=0) > 0, 0.0, NEG_INF))
-
-
-@triton.jit(do_not_specialize=["max_num_drafts", "num_splits"])
-def emit_kernel(
-    target_ptr,
-    temperature_ptr,
-    seed_ptr,
-    step_ptr,
-    info_int_ptr,
-    info_float_ptr,
-    res_key_ptr,
-    res_token_ptr,
-    res_mass_ptr,
-    token_ids_ptr,
-    logprobs_ptr,
-    vocab_size,
-    max_num_drafts,
-    num_splits,
-    SPLIT_BLOCK: tl.constexpr,
-):
-    """Combine the split candidates of each final row and write the emitted token and its logprob.
-
-    Args:
-        target_ptr: ``[R, V]`` fp32/fp16/bf16 target logits.
-        temperature_ptr: ``[B]`` fp32.
-        seed_ptr, step_ptr: ``[B]`` int64.
-        info_int_ptr: ``[B, 5]`` int64 and info_float_ptr: ``[B, 5]`` fp32 records of `decide_kernel`.
-        res_key_ptr, res_token_ptr, res_mass_ptr: the ``[B * num_splits]`` candidates of `sample_kernel`.
+        block_scale_ptr, block_sum_ptr: the ``[B * num_blocks]`` block masses of `sample_kernel`.
         token_ids_ptr: ``[B, max_n + 1]`` int64 output.
         logprobs_ptr: ``[B, max_n + 1]`` fp32 output.
     """
-    # Grid (B,): one program per request; the splits of a row are combined in one block. A row
-    # whose residual has no mass (p <= q everywhere, up to rounding) is sampled from p here, in
-    # one program over the whole row: the specification's fallback, rare enough to run slowly.
+    # Grid (B,): one program per request.
     request = tl.program_id(0)
     info_int = info_int_ptr + request.to(tl.int64) * INFO_INTS
     mode = tl.load(info_int + INFO_MODE)
     if mode != SAMPLE_NONE:
-        info_float = info_float_ptr + request.to(tl.int64) * INFO_FLOATS
-        position = tl.load(info_int + INFO_POSITION)
-        target_offset = tl.load(info_int + INFO_TARGET_OFFSET)
-        target_max = tl.load(info_float + INFO_TARGET_MAX)
-        target_log_sum = tl.load(info_float + INFO_TARGET_LOG_SUM)
-        inv_temperature = _inv_temperature(tl.load(temperature_ptr + request))
-        target_row_ptr = target_ptr + tl.maximum(target_offset, 0)
-        splits = tl.arange(0, SPLIT_BLOCK)
-        in_range = splits < num_splits
-        records = request.to(tl.int64) * num_splits + splits
-        res_key = tl.load(res_key_ptr + records, mask=in_range, other=NEG_INF)
-        res_token = tl.load(res_token_ptr + records, mask=in_range, other=0)
-        res_mass = tl.load(res_mass_ptr + records, mask=in_range, other=NEG_INF)
-        best_res = tl.argmax(res_key, axis=0, tie_break_left=True)
-        token = tl.sum(tl.where(splits == best_res, res_token, 0), axis=0)
-        # A residual with no mass falls back to the target law, as the specification says.
-        if tl.max(res_mass, axis=0) == NEG_INF:
-            seed = tl.load(seed_ptr + request)
-            step = tl.load(step_ptr + request)
-            _, token = _target_gumbel_max(
-                target_row_ptr, target_offset >= 0, target_max, target_log_sum, inv_temperature, seed,
-                step, position, vocab_size,
-            )  # fmt: skip
-        log_p = _log_prob(
-            target_row_ptr, target_offset >= 0, token, target_max, target_log_sum, inv_temperature, vocab_size
+        target_offset, draft_offset, draft_token, residual, laws = _final_row(
+            info_int, info_float_ptr + request.to(tl.int64) * INFO_FLOATS, mode
         )
-        out = request.to(tl.int64) * (max_num_drafts + 1) + position
-        tl.store(token_ids_ptr + out, token.to(tl.int64))
-        tl.store(logprobs_ptr + out, log_p)
+        target_max, target_log_sum, residual_log_sum, draft_max, draft_log_sum = laws
+        position = tl.load(info_int + INFO_POSITION)
+        _emit_token(
+            target_ptr + tl.maximum(target_offset, 0), draft_ptr + tl.maximum(draft_offset, 0),
+            target_offset >= 0, residual & (draft_offset >= 0), block_scale_ptr, block_sum_ptr, request,
+            num_blocks, vocab_size, mode, draft_token, target_max, target_log_sum, residual_log_sum,
+            draft_max, draft_log_sum, _inv_temperature(tl.load(temperature_ptr + request)),
+            tl.load(seed_ptr + request), tl.load(step_ptr + request), position,
+            request.to(tl.int64) * (max_num_drafts + 1) + position, token_ids_ptr, logprobs_ptr, NUM_BLOCKS,
+        )  # fmt: skip

@@ -11,11 +11,12 @@ tiles, so the operations are paid once per program instead of once per request, 
 It computes what the split plan computes, with the same helpers and in the same order: row
 statistics in the log domain relative to the row max, the acceptance and keep decisions from
 ``tl.rand`` at the canonical offsets, the walk to the first rejection (block verification: to the
-largest kept index), and the final row's Gumbel-max under the canonical scheme's noise
-(`reference.schemes`, ``canonical-v2``). Where the split plan combines per-split partial results, this
-plan works through a row tile by tile, so its sums (and strict sampling's keys, taken against the
-row's final max) may differ in the last bits: the outputs agree with the split plan's except at near
-ties, the same allowance both plans have against the float64 walk.
+largest kept index), and the final row's draw under the canonical scheme (`reference.schemes`,
+``canonical-v3``: the block its uniform picks by the block masses, then the Gumbel-max within it).
+Where the split plan combines per-split partial results, this plan works through a row tile by
+tile, so its sums (and strict sampling's keys, taken against the row's final max, and the block
+masses, each block's tiles merged as they come) may differ in the last bits: the outputs agree with
+the split plan's except at near ties, the same allowance both plans have against the float64 walk.
 Per-request values are ``[REQUESTS, 1]`` columns and per-row values ``[REQUESTS, POSITIONS]``.
 """
 
@@ -40,6 +41,9 @@ from specsample.kernels.rejection_kernels import (
     SAMPLE_WITHOUT_DRAFT,
     STRICT,
     SYNTHETIC,
+    _block_keys,
+    _block_mass,
+    _block_uniform,
     _clean,
     _draft_row_offset,
     _geometry,
@@ -47,12 +51,16 @@ from specsample.kernels.rejection_kernels import (
     _log_prob,
     _offsets,
     _philox,
+    _pick_block,
     _request_span,
     _rescale,
-    _sample_tile,
     _scaled,
     _synthetic_accept,
+    _tile_law,
     _to_uniform,
+)
+from specsample.kernels.rejection_kernels import (
+    GEO_MAX_NUM_DRAFTS as MAX_NUM_DRAFTS,
 )
 from specsample.kernels.rejection_kernels import (
     GEO_NUM_DRAFT_IDS as NUM_DRAFT_IDS,
@@ -79,7 +87,7 @@ def _noise_rows(seed, step, position, tile_start, BLOCK_V: tl.constexpr):
     """The sampling uniforms of tokens ``tile_start + [0, BLOCK_V)`` of ``[N, 1]`` rows, ``[N, BLOCK_V]``.
 
     Token ``t`` is word ``t % 1024 // 256`` of Philox call ``t // 1024 * 256 + t % 256``
-    (``canonical-v2``, as `rejection_kernels._noise_group` lays out a noise group). A tile of a
+    (``canonical-v3``, as `rejection_kernels._noise_group` lays out a noise group). A tile of a
     whole noise group takes the four words of 256 calls; a smaller tile (a vocabulary under 1024
     tokens, one tile) picks each token's word from its own call.
     """
@@ -95,6 +103,27 @@ def _noise_rows(seed, step, position, tile_start, BLOCK_V: tl.constexpr):
         word = tokens % NOISE_GROUP // NOISE_RUN
         w0, w1, w2, w3 = _philox(seed, step, position, SAMPLE_PURPOSE, calls)
         return _to_uniform(tl.where(word == 0, w0, tl.where(word == 1, w1, tl.where(word == 2, w2, w3))))
+
+
+@triton.jit
+def _final_tile(target_ptr, draft_ptr, target_offset, target_inside, draft_offset, tokens, vocab_size):
+    """The target and draft logits of a tile of each request's final row (``-inf`` where not read)."""
+    in_vocab = tokens < vocab_size
+    x = tl.load(target_ptr + target_offset + tokens, mask=in_vocab & target_inside, other=NEG_INF)
+    y = tl.load(
+        draft_ptr + tl.maximum(draft_offset, 0) + tokens, mask=in_vocab & (draft_offset >= 0), other=NEG_INF
+    )
+    return x, y
+
+
+@triton.jit
+def _merge_mass(mass, tile):
+    """A block's mass ``(scale, sum)`` (`rejection_kernels._block_mass`) with a tile's added."""
+    scale = tl.maximum(mass[0], tile[0])
+    shift = tl.where(scale > NEG_INF, scale, 0.0)
+    old = tl.where(mass[0] > NEG_INF, mass[1] * tl.exp(mass[0] - shift), 0.0)
+    new = tl.where(tile[0] > NEG_INF, tile[1] * tl.exp(tile[0] - shift), 0.0)
+    return scale, old + new
 
 
 @triton.jit
@@ -189,7 +218,7 @@ def _rows_block_mass(target_row_ptr, target_inside, draft_row_ptr, draft_inside,
 
 
 # Counts that change from call to call are not specialised on.
-@triton.jit(do_not_specialize=["max_num_drafts"])
+@triton.jit
 def rows_kernel(
     target_ptr,
     draft_ptr,
@@ -208,23 +237,24 @@ def rows_kernel(
     draft_stride,
     slot_stride,
     vocab_size,
-    max_num_drafts,
     METHOD: tl.constexpr,
     HAS_DRAFT: tl.constexpr,
     SLOTTED: tl.constexpr,
     REQUESTS: tl.constexpr,
     POSITIONS: tl.constexpr,
     BLOCK_V: tl.constexpr,
+    NUM_BLOCKS: tl.constexpr,
 ):
     """Every output of ``REQUESTS`` requests: their rows' statistics and decisions, the walk, the final row.
 
     Args:
         The inputs, geometry record and outputs are the split plan's (`rejection_kernels`); this
-        plan has no workspace; its geometry record holds the request count ``B`` as well.
+        plan has no workspace; its geometry record holds the request count ``B`` and ``max_n`` as well.
         ``POSITIONS >= max_num_drafts + 1``.
     """
     # Grid (cdiv(B, REQUESTS),). Lanes past the batch repeat its last request and store nothing.
     num_requests = _geometry(geometry_ptr, NUM_REQUESTS)
+    max_num_drafts = _geometry(geometry_ptr, MAX_NUM_DRAFTS)
     first = tl.program_id(0) * REQUESTS + tl.arange(0, REQUESTS)[:, None]
     live = first < num_requests
     request = tl.minimum(first, num_requests - 1).to(tl.int64)
@@ -375,55 +405,102 @@ def rows_kernel(
         final_draft_max = _at(draft_max, at_stop, NEG_INF)
         final_draft_log_sum = _at(draft_log_sum, at_stop, NEG_INF)
         lanes = tl.arange(0, BLOCK_V)[None, :]
-        # Each tile scored under both of `rejection_kernels._sample_tile`'s laws, the residual
-        # (p - q)+ and the target p (without a rejected one-hot draft), then each request takes its own.
-        residual_key = tl.full([REQUESTS, BLOCK_V], NEG_INF, tl.float32)
-        residual_token = tl.zeros([REQUESTS, BLOCK_V], tl.int32)
-        residual_mass = tl.zeros([REQUESTS, BLOCK_V], tl.int32)
-        target_key = tl.full([REQUESTS, BLOCK_V], NEG_INF, tl.float32)
-        target_token = tl.zeros([REQUESTS, BLOCK_V], tl.int32)
-        target_mass = tl.zeros([REQUESTS, BLOCK_V], tl.int32)
-        # The fallback when the residual has no mass: Gumbel-max of p (`_target_gumbel_max`).
-        fallback_key = tl.full([REQUESTS, BLOCK_V], NEG_INF, tl.float32)
-        fallback_token = tl.zeros([REQUESTS, BLOCK_V], tl.int32)
+        blocks = tl.arange(0, NUM_BLOCKS)[None, :]
+        # The block masses (`rejection_kernels._block_mass`) of each request's law, the residual
+        # (p - q)+ or the target p (without a rejected one-hot draft), and of the fallback p, for a
+        # law without mass. A block of NOISE_GROUP final_tokens spans whole tiles, merged as they come.
+        law_scale = tl.full([REQUESTS, NUM_BLOCKS], NEG_INF, tl.float32)
+        law_total = tl.zeros([REQUESTS, NUM_BLOCKS], tl.float32)
+        fallback_scale = tl.full([REQUESTS, NUM_BLOCKS], NEG_INF, tl.float32)
+        fallback_total = tl.zeros([REQUESTS, NUM_BLOCKS], tl.float32)
+        block_law = (tl.full([REQUESTS, 1], NEG_INF, tl.float32), tl.zeros([REQUESTS, 1], tl.float32))
+        block_fallback = (tl.full([REQUESTS, 1], NEG_INF, tl.float32), tl.zeros([REQUESTS, 1], tl.float32))
         tile_start = 0
         while tile_start < vocab_size:
-            tokens = tile_start + lanes
-            in_vocab = tokens < vocab_size
-            x = tl.load(target_ptr + final_offset + tokens, mask=in_vocab & final_inside, other=NEG_INF)
-            y = tl.load(
-                draft_ptr + tl.maximum(final_draft_offset, 0) + tokens,
-                mask=in_vocab & (final_draft_offset >= 0),
-                other=NEG_INF,
+            final_tokens = tile_start + lanes
+            x, y = _final_tile(
+                target_ptr,
+                draft_ptr,
+                final_offset,
+                final_inside,
+                final_draft_offset,
+                final_tokens,
+                vocab_size,
             )
-            noise = _noise_rows(seed, step, stop, tile_start, BLOCK_V)
-            state = (residual_key, residual_token, residual_mass)
-            residual_key, residual_token, residual_mass = _sample_tile(
-                state, tokens, x, y, noise, final_max, residual_log_sum, final_draft_max, final_draft_log_sum,
-                inv_temperature, excluded, True, vocab_size,
+            residual_log_w, residual_fraction, residual_has = _tile_law(
+                x, y, final_max, residual_log_sum, final_draft_max, final_draft_log_sum, inv_temperature,
+                final_tokens, vocab_size, excluded, True,
             )  # fmt: skip
-            state = (target_key, target_token, target_mass)
-            target_key, target_token, target_mass = _sample_tile(
-                state, tokens, x, y, noise, final_max, final_log_sum, final_draft_max, final_draft_log_sum,
-                inv_temperature, excluded, False, vocab_size,
+            target_log_w, target_fraction, target_has = _tile_law(
+                x, y, final_max, final_log_sum, final_draft_max, final_draft_log_sum, inv_temperature,
+                final_tokens, vocab_size, excluded, False,
             )  # fmt: skip
-            scaled = _scaled(_clean(x), final_max, inv_temperature)
-            nonzero = in_vocab & (scaled - final_log_sum >= LOG_ZERO)
-            fallback = tl.where(nonzero, scaled - tl.log(-tl.log(noise)), NEG_INF)
-            take = fallback > fallback_key
-            fallback_key = tl.where(take, fallback, fallback_key)
-            fallback_token = tl.where(take, tokens, fallback_token)
+            tile_law = _block_mass(
+                tl.where(residual, residual_log_w, target_log_w),
+                tl.where(residual, residual_fraction, target_fraction),
+                tl.where(residual, residual_has, target_has), 1, True,
+            )  # fmt: skip
+            block_law = _merge_mass(block_law, tile_law)
+            block_fallback = _merge_mass(
+                block_fallback, _block_mass(target_log_w, target_fraction, target_log_w > NEG_INF, 1, True)
+            )
             tile_start += BLOCK_V
-        best_key = tl.where(residual, residual_key, target_key)
-        best_token = tl.where(residual, residual_token, target_token)
-        any_mass = tl.where(residual, residual_mass, target_mass)
-        key = tl.max(best_key, axis=1, keep_dims=True)
-        sampled_token = tl.min(tl.where(best_key == key, best_token, NO_SPLIT), axis=1, keep_dims=True)
-        key = tl.max(fallback_key, axis=1, keep_dims=True)
-        fallback_token = tl.min(
-            tl.where(fallback_key == key, fallback_token, NO_SPLIT), axis=1, keep_dims=True
-        )
-        sampled_token = tl.where(tl.max(any_mass, axis=1, keep_dims=True) > 0, sampled_token, fallback_token)
+            if (tile_start % NOISE_GROUP == 0) | (tile_start >= vocab_size):
+                here = blocks == (tile_start - 1) // NOISE_GROUP
+                law_scale = tl.where(here, block_law[0], law_scale)
+                law_total = tl.where(here, block_law[1], law_total)
+                fallback_scale = tl.where(here, block_fallback[0], fallback_scale)
+                fallback_total = tl.where(here, block_fallback[1], fallback_total)
+                block_law = (tl.full([REQUESTS, 1], NEG_INF, tl.float32), tl.zeros([REQUESTS, 1], tl.float32))
+                block_fallback = (
+                    tl.full([REQUESTS, 1], NEG_INF, tl.float32),
+                    tl.zeros([REQUESTS, 1], tl.float32),
+                )
+        # A law without mass falls back to the target law, as the specification says.
+        fallback = tl.max(law_scale, axis=1, keep_dims=True) == NEG_INF
+        scale = tl.where(fallback, fallback_scale, law_scale)
+        total = tl.where(fallback, fallback_total, law_total)
+        block = _pick_block(scale, total, _block_uniform(seed, step, stop), NUM_BLOCKS)
+        residual = residual & ~fallback
+        excluded = tl.where(fallback, -1, excluded)
+        final_key = tl.full([REQUESTS, BLOCK_V], NEG_INF, tl.float32)
+        final_token_lane = tl.zeros([REQUESTS, BLOCK_V], tl.int32)
+        # The tiles of the picked block (only those inside a vocabulary shorter than a block).
+        part = 0
+        while part < tl.minimum(vocab_size, NOISE_GROUP):
+            final_tokens = block * NOISE_GROUP + part + lanes
+            x, y = _final_tile(
+                target_ptr,
+                draft_ptr,
+                final_offset,
+                final_inside,
+                final_draft_offset,
+                final_tokens,
+                vocab_size,
+            )
+            final_noise = _noise_rows(seed, step, stop, block * NOISE_GROUP + part, BLOCK_V)
+            residual_log_w, residual_fraction, residual_has = _tile_law(
+                x, y, final_max, residual_log_sum, final_draft_max, final_draft_log_sum, inv_temperature,
+                final_tokens, vocab_size, excluded, True,
+            )  # fmt: skip
+            target_log_w, target_fraction, target_has = _tile_law(
+                x, y, final_max, final_log_sum, final_draft_max, final_draft_log_sum, inv_temperature,
+                final_tokens, vocab_size, excluded, False,
+            )  # fmt: skip
+            final_keys = tl.where(
+                residual,
+                _block_keys(residual_log_w, residual_fraction, residual_has, final_noise, True),
+                _block_keys(target_log_w, target_fraction, target_has, final_noise, False),
+            )
+            # Strict `>`: parts ascend, so a lane keeps its lowest token among equal keys.
+            final_take = final_keys > final_key
+            final_key = tl.where(final_take, final_keys, final_key)
+            final_token_lane = tl.where(final_take, final_tokens, final_token_lane)
+            part += BLOCK_V
+        key = tl.max(final_key, axis=1, keep_dims=True)
+        sampled_token = tl.min(tl.where(final_key == key, final_token_lane, NO_SPLIT), axis=1, keep_dims=True)
+        # A row without any mass (every logit rounds to probability 0) emits its block's first token.
+        sampled_token = tl.where(key > NEG_INF, sampled_token, block * NOISE_GROUP)
         sampled_log_p = _log_prob(
             target_ptr + final_offset, final_inside, sampled_token, final_max, final_log_sum, inv_temperature,
             vocab_size,

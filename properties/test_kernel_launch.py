@@ -133,8 +133,8 @@ def test_missing_or_unknown_argument_names_raise() -> None:
     kernel = jit.emit_kernel
     complete = {name: 0 for name in kernel.arg_names}
     assert launch.kernel_arguments(kernel, dict(reversed(complete.items()))) == tuple(complete.values())
-    without = {name: 0 for name in kernel.arg_names if name != "num_splits"}
-    with pytest.raises(ValueError, match="missing arguments num_splits"):
+    without = {name: 0 for name in kernel.arg_names if name != "num_blocks"}
+    with pytest.raises(ValueError, match="missing arguments num_blocks"):
         launch.kernel_arguments(kernel, without)
     with pytest.raises(ValueError, match="unknown arguments num_split_blocks"):
         launch.kernel_arguments(kernel, {**complete, "num_split_blocks": 1})

@@ -8,10 +8,12 @@ import os
 import numpy as np
 import pytest
 import torch
+import triton
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specsample.kernels import registry, rejection
+from specsample.kernels import rejection_kernels as jit
 from specsample.kernels.rejection import KERNEL_METHODS as METHODS
 from specsample.kernels.rejection import LAUNCH_PLANS, rejection_sample, vocab_layout
 from specsample.properties.checks.coupled import agreement
@@ -341,7 +343,8 @@ def test_plan_key_tells_structures_apart() -> None:
 
 @pytest.mark.parametrize("method", ["probabilistic", "synthetic", "block"])
 def test_sampling_cut_into_parts_gives_the_same_tokens(method: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A small batch's sampling pass cut into more programs draws the same tokens (Gumbel-max is exact)."""
+    """A small batch's sampling pass cut into more programs draws the same tokens (each block's mass
+    is its own, whatever the cut)."""
     vocab_size, n = 4097, 2  # two splits of four 1024-token sampling tiles
     rng = np.random.default_rng(11)
     requests = [
@@ -365,6 +368,36 @@ def test_sampling_cut_into_parts_gives_the_same_tokens(method: str, monkeypatch:
     assert torch.equal(cut.token_ids, whole.token_ids)
     assert torch.equal(cut.num_emitted, whole.num_emitted)
     assert bool((cut.num_emitted <= n).any()), "no request rejected a draft: nothing was sampled"
+
+
+@pytest.mark.skipif(
+    DEVICE != "cpu", reason="patches a compile-time constant, which the interpreter reads per call"
+)
+@pytest.mark.parametrize("method", ["probabilistic", "block"])
+def test_rows_recomputed_block_by_block_draw_the_same_tokens(
+    method: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The emit step recomputes a row's block masses, each block relative to its own largest weight,
+    when the sampling pass's sum lies below FAST_MASS_FLOOR (a residual of tiny probabilities only,
+    never reached at random). Forced on every row, it draws the walk's tokens but at near ties. The
+    draft puts less mass than the target on the last block only, so every residual lies there and a
+    recomputation that weighed the blocks by p instead would mostly pick another."""
+    vocab_size, n = 3 * 1024 + 77, 2
+    rng = np.random.default_rng(12)
+    requests = []
+    for seed in range(48):
+        target = rng.normal(size=(n + 1, vocab_size))
+        draft = target[:n].copy()
+        draft[:, 3 * 1024 :] -= 2.0
+        requests.append(RequestData(target, rng.integers(0, 3 * 1024, n), draft, temperature=1.0, seed=seed))
+    batch = make_batch(requests, method=method, device=DEVICE)
+    fast = rejection_sample(batch, plan="split")
+    monkeypatch.setattr(jit, "FAST_MASS_FLOOR", triton.language.constexpr(float("inf")))
+    recomputed = rejection_sample(batch, plan="split")
+    result = agreement(batch, recomputed)
+    assert not result.unexplained, result.unexplained
+    assert int((fast.token_ids != recomputed.token_ids).sum()) <= result.near_ties
+    assert bool((recomputed.num_emitted <= n).any()), "no request rejected a draft: nothing was sampled"
 
 
 @pytest.mark.gpu

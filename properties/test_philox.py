@@ -12,6 +12,7 @@ from specsample.kernels import rejection_kernels as jit
 from specsample.reference import philox
 from specsample.reference.schemes import (
     ACCEPT_PURPOSE,
+    BLOCK_PURPOSE,
     CANONICAL,
     MRV2,
     NOISE_GROUP,
@@ -136,7 +137,7 @@ def test_four_words_bit_identical_to_triton() -> None:
 
 @triton.jit
 def _canonical_noise_probe(seed_ptr, step_ptr, position_ptr, uniform_ptr, VOCAB: tl.constexpr):
-    """Write the kernels' canonical-v2 sampling uniforms of one row per program, ``[rows, VOCAB]``."""
+    """Write the kernels' canonical sampling uniforms of one row per program, ``[rows, VOCAB]``."""
     row = tl.program_id(0)
     seed = tl.load(seed_ptr + row)
     step = tl.load(step_ptr + row)
@@ -167,6 +168,37 @@ def test_canonical_noise_is_the_kernels() -> None:
         2
     ]
     assert noise.uniforms[3, token] == philox.uint_to_uniform(word)
+
+
+@triton.jit
+def _block_uniform_probe(seed_ptr, step_ptr, position_ptr, uniform_ptr):
+    """Write the kernels' canonical-v3 block uniform of one row per program (float64)."""
+    row = tl.program_id(0)
+    seed = tl.load(seed_ptr + row)
+    step = tl.load(step_ptr + row)
+    position = tl.load(position_ptr + row)
+    tl.store(uniform_ptr + row, jit._block_uniform(seed, step, position))
+
+
+def test_block_uniform_is_the_kernels() -> None:
+    """The block uniform of each row, 53 bits of two Philox words, is the kernels' to the last bit."""
+    rng = np.random.default_rng(20261124)
+    seeds = np.concatenate([[0, -1, 2**63 - 1, 12345], rng.integers(-(2**63), 2**63 - 1, 60)]).astype(
+        np.int64
+    )
+    steps = np.concatenate([[0, 2**32 - 1, 7, 2**31], rng.integers(0, 2**40, 60)]).astype(np.int64)
+    positions = np.concatenate([[0, 127, 3, 8], rng.integers(0, 128, 60)]).astype(np.int64)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    uniforms = torch.empty(seeds.size, dtype=torch.float64, device=device)
+    _block_uniform_probe[(seeds.size,)](
+        *(torch.as_tensor(x, device=device) for x in (seeds, steps, positions)), uniforms
+    )
+    expected = CANONICAL.block_uniforms(seeds, steps, positions)
+    np.testing.assert_array_equal(expected, uniforms.cpu().numpy())
+    assert expected.min() >= 0.0 and expected.max() < 1.0
+    # By hand: words 0 and 1 of the call at offset(step, i, 2, 0).
+    words = philox.randint4x(seeds[3], stream_offsets(steps[3], positions[3], BLOCK_PURPOSE, 0))
+    assert expected[3] == ((int(words[0]) >> 5) * 2**26 + (int(words[1]) >> 6)) / 2**53
 
 
 def test_stream_offsets_layout() -> None:

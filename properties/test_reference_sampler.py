@@ -80,7 +80,7 @@ def test_zero_uniform_never_accepts_a_zero_probability_draft() -> None:
     """At u = 0 the strict `>` still rejects a draft of target probability 0 (M01)."""
     target = np.array([[-np.inf, 0.0, 0.0], [0.0, 0.0, 0.0]])
     batch = make_batch([RequestData(target, [0], np.zeros((1, 3)))])
-    noise = [RequestNoise(np.zeros(1), scheme_noise(batch)[0].gumbel)]
+    noise = [RequestNoise(np.zeros(1), scheme_noise(batch)[0].rows)]
     request = split_output(reference_sample(batch, noise))[0]
     assert request.num_accepted == 0
     assert request.token_ids[0] in (1, 2)

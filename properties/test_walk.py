@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from specsample.properties import strategies
 from specsample.reference.contract import METHODS, RequestData, SpecBatch, make_batch
 from specsample.reference.sampler import reference_sample
-from specsample.reference.schemes import CANONICAL, SCHEMES, RandomScheme
+from specsample.reference.schemes import BLOCK_TOKENS, CANONICAL, SCHEMES, RandomScheme, pick_blocks
 from specsample.reference.walk import WalkSampler, walk
 
 
@@ -89,3 +89,57 @@ def test_walk_sampler_is_a_variant_on_its_scheme() -> None:
         sampler = WalkSampler(scheme)
         assert sampler.streams is scheme and sampler.name == ("walk" if scheme is CANONICAL else "walk-mrv2")
         assert torch.equal(sampler(batch).token_ids, reference_sample(batch, scheme=scheme).token_ids)
+
+
+def test_block_pick_is_the_inverse_cdf_of_the_block_masses() -> None:
+    """Over a grid of uniforms each block is picked a share of the time equal to its share of the
+    mass (to one grid point), a block without mass never, and the ends of [0, 1) pick the first and
+    last blocks with mass."""
+    rng = np.random.default_rng(7)
+    masses = rng.exponential(size=(1, 12)) * (rng.random((1, 12)) < 0.7)
+    masses[0, [0, 11]] = 0.0
+    points = 100_000
+    uniform = (np.arange(points) + 0.5) / points
+    picked = pick_blocks(np.repeat(masses, points, axis=0), uniform)
+    counts = np.bincount(picked, minlength=12)
+    share = masses[0] / masses.sum()
+    assert np.all(np.abs(counts - points * share) <= 1)
+    assert np.all(counts[masses[0] == 0] == 0)
+    ends = pick_blocks(np.repeat(masses, 2, axis=0), np.array([0.0, 1 - 2**-53]))
+    with_mass = np.nonzero(masses[0])[0]
+    assert ends.tolist() == [with_mass[0], with_mass[-1]]
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_walk_equals_reference_sample_across_blocks(method: str) -> None:
+    """On vocabularies of several blocks (canonical-v3 draws within the block its uniform picks),
+    the walk's tokens equal the scalar reference's, and every block is drawn from."""
+    rng = np.random.default_rng(11)
+    vocab_size = 3 * BLOCK_TOKENS + 100
+    requests = []
+    for b in range(40):
+        target = rng.normal(size=(3, vocab_size)) * 0.5
+        draft = target[:2] + rng.normal(size=(2, vocab_size))
+        ids = [int(np.argmax(row)) for row in draft]
+        requests.append(RequestData(target, ids, draft, 1.0, seed=int(rng.integers(0, 2**62)), step=b))
+    batch = make_batch(requests, method=method, synthetic_rates=[0.5, 0.5])
+    expected = reference_sample(batch)
+    got = walk(batch)
+    assert torch.equal(got.output.token_ids, expected.token_ids)
+    final = got.output.token_ids[torch.arange(40), got.output.num_emitted.long() - 1]
+    assert set((final // BLOCK_TOKENS).tolist()) >= {0, 1, 2}
+
+
+def test_a_block_decision_within_float32_rounding_is_a_near_tie() -> None:
+    """Two flat blocks whose boundary lies a relative 2e-6 above ``u * M`` make the bonus sample a
+    near tie; 1e-2 does not. The walk draws from the first block either way."""
+    seed, step, vocab_size = 12345, 3, 2 * BLOCK_TOKENS
+    u = float(CANONICAL.block_uniforms(np.array([seed]), np.array([step]), np.array([0]))[0])
+    assert 0.1 < u < 0.9
+    for gap, near in ((2e-6, True), (1e-2, False)):
+        share = u * (1 + gap)  # the first block's share of the mass, just above u
+        logits = np.zeros((1, vocab_size))
+        logits[0, BLOCK_TOKENS:] = np.log((1 - share) / share)
+        sample = walk(make_batch([RequestData(logits, [], None, 1.0, seed=seed, step=step)]))
+        assert int(sample.output.token_ids[0, 0]) < BLOCK_TOKENS
+        assert bool(sample.near[0, 0]) is near

@@ -9,6 +9,12 @@ within tolerance of ``2**-1075`` (where float64 rounds to zero) may round either
 float64 subnormal range below ``e**-700`` is imprecise in the reference itself; both count as near.
 Greedy decisions and synthetic acceptances compare exact values and are never near.
 
+A draw with a block uniform (`reference.schemes.draw`, ``canonical-v3``) is near where the
+Gumbel-max within the walk's block could flip as above, or where the block itself could: a kernel's
+cumulative block masses lie between the cumulative sums of the weights' bounds, widened by
+`reference.schemes.BLOCK_MASS_RTOL` for the float32 sum of a block, and its threshold ``u * M``
+between ``u`` times the two totals (`draw_near_bounds`).
+
 Block verification (`reference.block`) is bounded the same way, one step further: each weight
 ratio ``p(d) / q(d)`` is known to ``tol_p + tol_q`` in the log domain, so a weight ``w_i`` lies
 in an interval (the clamp at 1 included: where ``w_{i-1} p / q`` may fall on either side of 1, the
@@ -29,7 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .law import MAX_TEMPERATURE, F64Array, I64Array, clean, one_hot, row_probs
-from .schemes import EPS32, TOL_ULPS, Noise
+from .schemes import BLOCK_MASS_RTOL, BLOCK_TOKENS, EPS32, TOL_ULPS, Noise, block_masses, in_blocks
 
 LOG_ZERO = -1075 * math.log(2.0)
 LOG_SUBNORMAL = -700.0
@@ -75,18 +81,45 @@ def near_argmax(winner: I64Array, low: F64Array, high: F64Array) -> BoolArray:
     return np.asarray(low[rows, winner] <= others.max(axis=1))
 
 
-def target_intervals(law: LogLaw, noise: Noise) -> tuple[F64Array, F64Array]:
-    """Bounds of the Gumbel-max keys ``log p + g`` a float32 kernel may compute."""
+def target_weights(law: LogLaw) -> tuple[F64Array, F64Array]:
+    """Bounds of the log-weights ``log p`` a float32 kernel may compute (``-inf`` where it may
+    hold 0)."""
     log_p, tol = law.log_probs, law.tolerance
     ambiguous, alive = zero_ambiguous(log_p, tol), log_p > LOG_ZERO + tol
-    high = np.where(alive | ambiguous, log_p + tol + noise.gumbel + noise.tolerance, -np.inf)
-    low = np.where(alive & ~ambiguous, log_p - tol + noise.gumbel - noise.tolerance, -np.inf)
-    return low, high
+    return np.where(alive & ~ambiguous, log_p - tol, -np.inf), np.where(
+        alive | ambiguous, log_p + tol, -np.inf
+    )
+
+
+def draw_near_bounds(choice: I64Array, log_low: F64Array, log_high: F64Array, noise: Noise) -> BoolArray:
+    """Whether `reference.schemes.draw` of ``choice`` could flip when a float32 kernel holds each
+    log-weight anywhere in ``[log_low, log_high]``.
+
+    The Gumbel-max keys ``log w + g`` then lie within the bounds plus the noise's tolerance. With a
+    block uniform, the block could flip too: a kernel's cumulative block masses lie between the
+    sums of the bounds' weights, widened by `BLOCK_MASS_RTOL`, and its threshold ``u * M`` between
+    ``u`` times the two totals; the block is near where the boundary below or above the walk's block
+    may cross the threshold.
+    """
+    low = np.where(np.isneginf(log_low), -np.inf, log_low + noise.gumbel - noise.tolerance)
+    high = np.where(np.isneginf(log_high), -np.inf, log_high + noise.gumbel + noise.tolerance)
+    if noise.block_uniform is None:
+        return near_argmax(choice, low, high)
+    inside = in_blocks(choice // BLOCK_TOKENS, low.shape[1])
+    within = near_argmax(choice, np.where(inside, low, -np.inf), np.where(inside, high, -np.inf))
+    cum_low = np.cumsum(block_masses(np.exp(log_low)) * (1 - BLOCK_MASS_RTOL), axis=1)
+    cum_high = np.cumsum(block_masses(np.exp(log_high)) * (1 + BLOCK_MASS_RTOL), axis=1)
+    rows, block = np.arange(choice.size), choice // BLOCK_TOKENS
+    below = np.where(block > 0, cum_high[rows, np.maximum(block - 1, 0)], 0.0)
+    u = noise.block_uniform
+    crosses = (below > u * cum_low[:, -1]) | (cum_low[rows, block] <= u * cum_high[:, -1])
+    return np.asarray(within | crosses)
 
 
 def draw_near(choice: I64Array, logits: F64Array, temperature: F64Array, noise: Noise) -> BoolArray:
-    """Whether Gumbel-max draws ``choice`` from the target laws of ``logits`` could flip in float32."""
-    return near_argmax(choice, *target_intervals(log_law(logits, temperature), noise))
+    """Whether `reference.schemes.draw` of ``choice`` from the target laws of ``logits`` could flip
+    in float32."""
+    return draw_near_bounds(choice, *target_weights(log_law(logits, temperature)), noise)
 
 
 def _at_drafts(logits: F64Array | None, temperature: F64Array, ids: I64Array) -> tuple[F64Array, F64Array]:
@@ -135,14 +168,14 @@ def residual_near(
     scale = np.ones(ids.size) if weight is None else weight
     spread = np.zeros(ids.size) if weight_tolerance is None else weight_tolerance
     target_law = log_law(target_logits, temperature)
-    low, high = target_intervals(target_law, noise)
+    low, high = target_weights(target_law)
     if draft_logits is None:
         # One-hot drafts: the residual is p without the drafted token, or p when nothing is left.
         rest_low, rest_high = low.copy(), high.copy()
         rest_low[rows, ids] = rest_high[rows, ids] = -np.inf
         nothing_left = ~np.isfinite(rest_high).any(axis=1)
-        rest_near = near_argmax(choice, rest_low, rest_high)
-        return np.asarray(np.where(nothing_left, near_argmax(choice, low, high), rest_near))
+        rest_near = draw_near_bounds(choice, rest_low, rest_high, noise)
+        return np.asarray(np.where(nothing_left, draw_near_bounds(choice, low, high, noise), rest_near))
     draft_law = log_law(draft_logits, temperature)
     p, q = scale[:, None] * np.exp(target_law.log_probs), np.exp(draft_law.log_probs)
     identical = same_rows(target_logits, draft_logits)
@@ -151,14 +184,14 @@ def residual_near(
     difference = p - q
     with np.errstate(divide="ignore", invalid="ignore"):
         res_low, res_high = (
-            np.where(mass > 0, np.log(np.maximum(mass, 0)) + noise.gumbel + sign * noise.tolerance, -np.inf)
-            for mass, sign in ((difference - error, -1.0), (difference + error, 1.0))
+            np.where(mass > 0, np.log(np.maximum(mass, 0)), -np.inf)
+            for mass in (difference - error, difference + error)
         )
     target = scale[:, None] * row_probs(target_logits, temperature)
     has_mass = np.maximum(target - row_probs(draft_logits, temperature), 0.0).sum(axis=1) > 0.0
     # Without residual mass the walk falls back to p; a kernel might still see a sliver of residual.
-    fallback_near = np.isfinite(res_high).any(axis=1) | near_argmax(choice, low, high)
-    return np.asarray(np.where(has_mass, near_argmax(choice, res_low, res_high), fallback_near))
+    fallback_near = np.isfinite(res_high).any(axis=1) | draw_near_bounds(choice, low, high, noise)
+    return np.asarray(np.where(has_mass, draw_near_bounds(choice, res_low, res_high, noise), fallback_near))
 
 
 def same_rows(target_logits: F64Array, draft_logits: F64Array) -> BoolArray:

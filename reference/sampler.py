@@ -2,12 +2,13 @@
 
 It is the readable form of the sampling algorithm every exact sampler of the harness shares:
 fed a random scheme's uniforms (`reference.schemes`, the canonical streams by default), it decides
-each draft in order and emits one token after the accepted ones, sampling by Gumbel-max
-(``argmax(log w + g)``, ties to the lowest index). Block verification decides from all the drafts
-at once: ``eta_i`` is the acceptance uniform of position ``i - 1``, ``m`` the largest ``i`` with
-``eta_i < h_i``, and the token is drawn from row ``m``'s weighted residual with row ``m``'s noise
-(`reference.block`). `reference.walk` is the same algorithm vectorised over a batch; the two agree
-token for token.
+each draft in order and emits one token after the accepted ones, sampling by the scheme's draw
+(`reference.schemes.draw`: Gumbel-max ``argmax(log w + g)``, ties to the lowest index, within the
+block the row's block uniform picks; strict rows by Gumbel-max over the whole row). Block
+verification decides from all the drafts at once: ``eta_i`` is the acceptance uniform of position
+``i - 1``, ``m`` the largest ``i`` with ``eta_i < h_i``, and the token is drawn from row ``m``'s
+weighted residual with row ``m``'s noise (`reference.block`). `reference.walk` is the same
+algorithm vectorised over a batch; the two agree token for token.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from . import block
 from .contract import SpecBatch, SpecOutput
 from .law import F64Array, RequestInputs, greedy_token, request_inputs, token_logprobs
 from .methods import METHODS
-from .schemes import CANONICAL, RandomScheme
+from .schemes import CANONICAL, Noise, RandomScheme, draw
 
 
 @dataclass(frozen=True)
@@ -32,11 +33,11 @@ class RequestNoise:
 
     Attributes:
         accept_uniforms: ``[n]`` the acceptance uniform of each position.
-        gumbel: ``[n + 1, V]`` the Gumbel noise for sampling each row.
+        rows: the noise for sampling each row (``[n + 1, V]`` Gumbel noise, and the block uniforms).
     """
 
     accept_uniforms: F64Array
-    gumbel: F64Array
+    rows: Noise
 
 
 def scheme_noise(batch: SpecBatch, scheme: RandomScheme = CANONICAL) -> list[RequestNoise]:
@@ -46,23 +47,32 @@ def scheme_noise(batch: SpecBatch, scheme: RandomScheme = CANONICAL) -> list[Req
         positions = np.arange(n + 1)
         seed_rows, step_rows = np.full(n + 1, seed, dtype=np.int64), np.full(n + 1, step, dtype=np.int64)
         accept_uniforms = scheme.accept_uniforms(seed_rows[:n], step_rows[:n], positions[:n])
-        gumbel = scheme.gumbel_noise(seed_rows, step_rows, positions, batch.vocab_size).gumbel
-        noise.append(RequestNoise(accept_uniforms, gumbel))
+        rows = scheme.gumbel_noise(seed_rows, step_rows, positions, batch.vocab_size)
+        noise.append(RequestNoise(accept_uniforms, rows))
     return noise
 
 
-def gumbel_argmax(weights: F64Array, gumbel: F64Array) -> int:
-    """Gumbel-max: ``argmax(log w + g)``, ties to the lowest index; a weight of 0 is never chosen
-    unless every score is ``-inf``."""
-    with np.errstate(divide="ignore"):
-        return int(np.argmax(np.log(weights) + gumbel))
+def draw_row(weights: F64Array, noise: RequestNoise, row: int, whole_row: bool = False) -> int:
+    """The scheme's draw from ``weights`` with row ``row``'s noise (`reference.schemes.draw`; by
+    Gumbel-max over the whole row if ``whole_row``); a weight of 0 is never chosen unless every
+    score is ``-inf``."""
+    uniform = noise.rows.block_uniform
+    one = Noise(
+        noise.rows.uniforms[row : row + 1],
+        noise.rows.gumbel[row : row + 1],
+        noise.rows.tolerance[row : row + 1],
+        None if whole_row or uniform is None else uniform[row : row + 1],
+    )
+    return int(draw(weights[None, :], one)[0])
 
 
-def _draw(inputs: RequestInputs, law: F64Array, noise: RequestNoise, row: int) -> int:
-    """The token drawn at ``row``: a greedy request's argmax there, else Gumbel-max from ``law``."""
+def _draw(
+    inputs: RequestInputs, law: F64Array, noise: RequestNoise, row: int, whole_row: bool = False
+) -> int:
+    """The token drawn at ``row``: a greedy request's argmax there, else the scheme's draw from ``law``."""
     if inputs.greedy:
         return int(greedy_token(inputs.target_logits[row]))
-    return gumbel_argmax(law, noise.gumbel[row])
+    return draw_row(law, noise, row, whole_row)
 
 
 def _decide(
@@ -76,7 +86,7 @@ def _decide(
     if inputs.greedy and rules.greedy_accepts_argmax:
         return token >= 0 and token == argmax, argmax
     if rules.decides_by_sampling:
-        sample = gumbel_argmax(target, noise.gumbel[i])
+        sample = draw_row(target, noise, i, whole_row=True)
         return token >= 0 and sample == token, sample
     rate = float(inputs.synthetic_rates[i]) if inputs.synthetic_rates is not None else 0.0
     u = noise.accept_uniforms[i : i + 1]
@@ -110,7 +120,7 @@ def _verify_in_order(
         if not accepted:
             return [*tokens, emitted]
         tokens.append(int(inputs.draft_token_ids[i]))
-    return [*tokens, _draw(inputs, targets[n], noise, n)]
+    return [*tokens, _draw(inputs, targets[n], noise, n, whole_row=METHODS[method].decides_by_sampling)]
 
 
 def sample_request(method: str, inputs: RequestInputs, noise: RequestNoise) -> list[int]:

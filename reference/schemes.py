@@ -1,29 +1,39 @@
 """Random schemes: where a sampler's uniforms come from, so the float64 walk can replay them.
 
 A scheme maps ``(seed, step, position, purpose, token)`` to the uniforms a sampler consumes and says
-how it turns them into a sample. Every scheme here samples by Gumbel-max: the token emitted from a
-row of weights ``w`` is ``argmax_x(log w(x) + g_x)``, ties to the lowest index, with the Gumbel
-noise ``g`` the scheme derives from its uniforms. A scheme gives:
+how it turns them into a sample (`draw`). Every scheme here samples by Gumbel-max: the token
+emitted from a row of weights ``w`` is ``argmax_x(log w(x) + g_x)``, ties to the lowest index, with
+the Gumbel noise ``g`` the scheme derives from its uniforms; a scheme with a *block uniform* runs
+the Gumbel-max within one block of `BLOCK_TOKENS` tokens, picked by the inverse CDF of the block
+masses. A scheme gives:
 
 - `RandomScheme.accept_uniforms`: the uniform ``u`` each acceptance test compares
   (``p(d) > u * q(d)``; synthetic sampling accepts iff ``u < c``);
-- `RandomScheme.gumbel_noise`: the noise of every token of one row, and the float32 tolerance of
-  each value (how far a kernel computing it in float32 may land from the float64 value).
+- `RandomScheme.gumbel_noise`: the noise of every token of one row, the float32 tolerance of
+  each value (how far a kernel computing it in float32 may land from the float64 value), and the
+  row's block uniform where the scheme has one.
 
 A variant declares its scheme in its ``streams`` attribute (``None`` for a sampler with its own
 generator): every variant on a scheme the walk replays gets the coupled check.
 
 Two schemes ship:
 
-- `CANONICAL` (``canonical-v2``), our kernels': Philox4x32-10 keyed by the seed, counted by
+- `CANONICAL` (``canonical-v3``), our kernels': Philox4x32-10 keyed by the seed, counted by
   ``offset = (((step * 128 + i) * 4 + purpose) << 22) + c`` (`stream_offsets`). The acceptance
   uniform of position ``i`` is ``tl.rand(seed, offset(step, i, 0, 0))``. The noise of row ``i``
   takes all four words of each Philox call: token ``t = 1024 g + 256 j + k`` (``j < 4``,
   ``k < 256``) reads word ``j`` of the call at ``c = 256 g + k`` (purpose 1), mapped to ``[0, 1)``
   as `tl.rand` maps a word, and ``g = -log(-log u)``. A kernel tile of 1024 tokens makes 256
-  Philox calls and reads each word as a run of 256 consecutive tokens, with no shuffle; a quarter
-  of the calls of one word per token (``canonical-v1``, retired), which made the sampling pass
-  arithmetic-bound.
+  Philox calls and reads each word as a run of 256 consecutive tokens, with no shuffle.
+  The block uniform of row ``i`` is 53 bits of the call at ``offset(step, i, 2, 0)``:
+  ``((w0 >> 5) * 2**26 + (w1 >> 6)) * 2**-53``, exact in float64. A row is drawn in two steps
+  (`draw`): the block ``k`` (tokens ``[1024 k, 1024 (k + 1))``) whose cumulative mass first
+  exceeds ``u * M`` (``M`` the row's mass), then the Gumbel-max within block ``k``. This is exact:
+  ``P(x) = (M_k / M) (w(x) / M_k)``. A kernel therefore computes one exponential per token and
+  row (the block masses) and draws noise for one block only; Gumbel-max over the whole row
+  (``canonical-v2``, retired: a Philox quarter-call and two logarithms per token) made the
+  sampling pass arithmetic-bound. Strict rows, which a kernel samples in the same pass that
+  finds the row's normaliser, still draw by Gumbel-max over the whole row.
 - `MRV2` (``mrv2``), shaped like vLLM's Model Runner V2: a row's position in the sequence is
   ``pos = step + i`` (``step`` plays the number of tokens computed before the first draft). The
   acceptance uniform is ``tl.rand(seed, pos)``; the noise of token ``t`` is drawn from a 32-bit
@@ -33,7 +43,7 @@ Two schemes ship:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -50,7 +60,13 @@ EPS32 = 2.0**-23
 TOL_ULPS = 8.0
 ACCEPT_PURPOSE = 0
 SAMPLE_PURPOSE = 1
-# canonical-v2 reads each Philox word of a call as a run of NOISE_RUN tokens, four runs a group.
+BLOCK_PURPOSE = 2
+# canonical-v3's blocks: the inverse CDF picks one of these, the Gumbel-max a token within it.
+BLOCK_TOKENS = 1024
+# A float32 kernel's block mass (a sum of BLOCK_TOKENS weights, one exponential each) lands within
+# this relative distance of the sum of the weights it was given.
+BLOCK_MASS_RTOL = TOL_ULPS * EPS32 * (4 + 10)
+# The canonical scheme reads each Philox word of a call as a run of NOISE_RUN tokens, four runs a group.
 NOISE_RUN = 256
 NOISE_GROUP = 4 * NOISE_RUN
 # The smallest uniform `tl.rand` makes other than 0.
@@ -66,11 +82,58 @@ class Noise:
             inverse CDF reads them).
         gumbel: ``[A, V]`` float64, ``-inf`` where the uniform rules a token out.
         tolerance: ``[A, V]`` float64, 0 where the noise is infinite.
+        block_uniform: ``[A]`` float64, the uniform that picks each row's block (`draw`), or
+            ``None``: Gumbel-max over the whole row.
     """
 
     uniforms: F32Array
     gumbel: F64Array
     tolerance: F64Array
+    block_uniform: F64Array | None = None
+
+    def whole_row(self) -> Noise:
+        """The same noise for a Gumbel-max over the whole row (strict rows)."""
+        return replace(self, block_uniform=None)
+
+
+def block_masses(weights: F64Array) -> F64Array:
+    """``[A, ceil(V / BLOCK_TOKENS)]`` the sum of the weights of each block of each row."""
+    num_blocks = -(-weights.shape[1] // BLOCK_TOKENS)
+    padded = np.zeros((weights.shape[0], num_blocks * BLOCK_TOKENS))
+    padded[:, : weights.shape[1]] = weights
+    return np.asarray(padded.reshape(weights.shape[0], num_blocks, BLOCK_TOKENS).sum(axis=2))
+
+
+def pick_blocks(masses: F64Array, uniform: F64Array) -> npt.NDArray[np.int64]:
+    """The block of each row whose cumulative mass first exceeds ``u * M`` (a row without mass: 0)."""
+    cumulative = np.cumsum(masses, axis=1)
+    threshold = uniform * cumulative[:, -1]
+    picked = np.sum(cumulative <= threshold[:, None], axis=1)
+    last = masses.shape[1] - 1 - np.argmax(masses[:, ::-1] > 0, axis=1)  # the last block with mass
+    return np.asarray(np.where(cumulative[:, -1] > 0, np.minimum(picked, last), 0), dtype=np.int64)
+
+
+def in_blocks(blocks: npt.NDArray[np.int64], vocab_size: int) -> npt.NDArray[np.bool_]:
+    """``[A, V]`` whether each token lies in its row's block."""
+    return np.asarray(np.arange(vocab_size)[None, :] // BLOCK_TOKENS == blocks[:, None])
+
+
+def draw(weights: F64Array, noise: Noise) -> npt.NDArray[np.int64]:
+    """The token each row of ``weights`` (unnormalised) emits: Gumbel-max, within the block the
+    block uniform picks where the noise has one; ties to the lowest index."""
+    with np.errstate(divide="ignore"):
+        keys = np.log(weights) + noise.gumbel
+    if noise.block_uniform is not None:
+        blocks = pick_blocks(block_masses(weights), noise.block_uniform)
+        keys = np.where(in_blocks(blocks, weights.shape[1]), keys, -np.inf)
+    return np.asarray(np.argmax(keys, axis=1), dtype=np.int64)
+
+
+def block_uniform(words0: npt.ArrayLike, words1: npt.ArrayLike) -> F64Array:
+    """53 bits of two Philox words as a float64 uniform in ``[0, 1)``, as the kernels make it."""
+    high = np.asarray(words0, dtype=np.uint64) >> np.uint64(5)
+    low = np.asarray(words1, dtype=np.uint64) >> np.uint64(6)
+    return np.asarray((high * np.uint64(1 << 26) + low).astype(np.float64) * 2.0**-53)
 
 
 @runtime_checkable
@@ -109,10 +172,10 @@ def _column(values: npt.ArrayLike) -> npt.NDArray[np.generic]:
     return np.asarray(values).reshape(-1, 1)
 
 
-class CanonicalV2:
-    """Our kernels' scheme: one Philox call per ``(step, position, purpose)`` and four tokens."""
+class CanonicalV3:
+    """Our kernels' scheme: four tokens a Philox call; a row drawn within a block its uniform picks."""
 
-    name = "canonical-v2"
+    name = "canonical-v3"
 
     def accept_uniforms(self, seed: I64Array, step: I64Array, position: npt.ArrayLike) -> F64Array:
         """``tl.rand(seed, offset(step, i, 0, 0))``."""
@@ -130,7 +193,13 @@ class CanonicalV2:
         uniforms = philox.uint_to_uniform(words[tokens % NOISE_GROUP // NOISE_RUN, :, call].T)
         with np.errstate(divide="ignore"):
             gumbel = -np.log(-np.log(uniforms.astype(np.float64)))
-        return Noise(uniforms, gumbel, _tolerance(gumbel))
+        return Noise(uniforms, gumbel, _tolerance(gumbel), self.block_uniforms(seed, step, rows))
+
+    def block_uniforms(self, seed: I64Array, step: I64Array, position: npt.ArrayLike) -> F64Array:
+        """``[A]`` the 53-bit uniform of the call at ``offset(step, i, 2, 0)`` (words 0 and 1)."""
+        offsets = stream_offsets(step, position, BLOCK_PURPOSE, 0)
+        words = philox.randint4x(np.asarray(seed), offsets)
+        return block_uniform(words[0], words[1])
 
 
 class Mrv2:
@@ -156,6 +225,6 @@ class Mrv2:
         return Noise(uniforms, gumbel, _tolerance(gumbel))
 
 
-CANONICAL = CanonicalV2()
+CANONICAL = CanonicalV3()
 MRV2 = Mrv2()
 SCHEMES: dict[str, RandomScheme] = {scheme.name: scheme for scheme in (CANONICAL, MRV2)}

@@ -33,7 +33,7 @@ from .contract import SpecBatch, SpecOutput
 from .law import BatchRows, F64Array, I64Array, greedy_token, one_hot, row_probs, token_logprobs
 from .methods import METHODS, Method
 from .near_ties import BoolArray, acceptance_near, block_keep_bounds, draw_near, ratio_bounds, residual_near
-from .schemes import CANONICAL, Noise, RandomScheme
+from .schemes import CANONICAL, Noise, RandomScheme, draw
 
 DEFAULT_MAX_ELEMENTS = 1 << 22
 
@@ -166,9 +166,10 @@ class Walk:
         return accept
 
     def sample(self, weights: F64Array, noise: Noise) -> I64Array:
-        """Gumbel-max: ``argmax(log w + g)`` per row, ties to the lowest index."""
-        with np.errstate(divide="ignore"):
-            return np.asarray(np.argmax(np.log(weights) + noise.gumbel, axis=1), dtype=np.int64)
+        """The scheme's draw (`reference.schemes.draw`): Gumbel-max ``argmax(log w + g)`` per row,
+        within the block the row's block uniform picks where the noise has one; ties to the lowest
+        index."""
+        return draw(weights, noise)
 
     def rejection_token(
         self, method: Method, p: F64Array, q: F64Array, ids: I64Array, noise: Noise, u: F64Array
@@ -224,10 +225,12 @@ class Walk:
         return self.scheme.gumbel_noise(rows.seed[requests], rows.step[requests], position, vocab_size)
 
     def _draw(
-        self, rows: BatchRows, requests: I64Array, row: I64Array, temperature: F64Array
+        self, rows: BatchRows, requests: I64Array, row: I64Array, temperature: F64Array, whole_row: bool
     ) -> tuple[I64Array, BoolArray]:
-        """Gumbel-max draws from the target law at ``row`` of each request, and their near ties."""
+        """Draws from the target law at ``row`` of each request (over the whole row by Gumbel-max
+        if ``whole_row``, as strict rows draw), and their near ties."""
         noise = self._noise(rows, requests, row)
+        noise = noise.whole_row() if whole_row else noise
         logits = rows.target_rows(requests, row)
         tokens = self.sample(self.target_law(logits, temperature), noise)
         return tokens, draw_near(tokens, logits, temperature, noise)
@@ -254,7 +257,7 @@ class Walk:
             near = np.zeros(local.size, dtype=bool)
             if method.decides_by_sampling:
                 s = np.nonzero(~by_argmax)[0]
-                noise = self._noise(rows, a[s], position)
+                noise = self._noise(rows, a[s], position).whole_row()
                 sampled = self.sample(p[s], noise)
                 chunk.sampled[local[s], position] = sampled
                 accept[s] = real[s] & (sampled == ids[s])
@@ -297,7 +300,7 @@ class Walk:
         if plain.any():
             s = np.nonzero(plain)[0]
             row = np.where(bonus[s], self.bonus_row(counts[s]), m[s])
-            final[s], near[s] = self._draw(rows, requests[s], row, temperature[s])
+            final[s], near[s] = self._draw(rows, requests[s], row, temperature[s], method.decides_by_sampling)
         if rejected.any():
             s = np.nonzero(rejected)[0]
             row = self.rejection_row(m[s])
@@ -399,7 +402,7 @@ class Walk:
         chunk.decisions += int(np.sum(drawn))
         if (drawn & bonus).any():
             s = np.nonzero(drawn & bonus)[0]
-            final[s], near[s] = self._draw(rows, requests[s], row[s], temperature[s])
+            final[s], near[s] = self._draw(rows, requests[s], row[s], temperature[s], whole_row=False)
         if (drawn & ~bonus).any():
             s = np.nonzero(drawn & ~bonus)[0]
             target_logits, draft_logits, p, q, ids = self._block_rows(rows, requests[s], row[s])
