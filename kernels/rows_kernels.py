@@ -106,14 +106,27 @@ def _noise_rows(seed, step, position, tile_start, BLOCK_V: tl.constexpr):
 
 
 @triton.jit
-def _final_tile(target_ptr, draft_ptr, target_offset, target_inside, draft_offset, tokens, vocab_size):
-    """The target and draft logits of a tile of each request's final row (``-inf`` where not read)."""
+def _final_laws(target_ptr, draft_ptr, target_offset, target_inside, draft_offset, tokens, vocab_size, laws,
+                inv_temperature, excluded):  # fmt: skip
+    """A tile of each request's final row under both of `rejection_kernels._tile_law`'s laws, the
+    residual ``(p - q)+`` and the target ``p`` without ``excluded``: ``(residual, target)``, each
+    ``(log p, fraction, has mass)``; each request then takes its own. ``laws`` is ``(target max,
+    target log-sum, the residual's log-sum, draft max, draft log-sum)``."""
+    target_max, target_log_sum, residual_log_sum, draft_max, draft_log_sum = laws
     in_vocab = tokens < vocab_size
     x = tl.load(target_ptr + target_offset + tokens, mask=in_vocab & target_inside, other=NEG_INF)
     y = tl.load(
         draft_ptr + tl.maximum(draft_offset, 0) + tokens, mask=in_vocab & (draft_offset >= 0), other=NEG_INF
     )
-    return x, y
+    residual = _tile_law(
+        x, y, target_max, residual_log_sum, draft_max, draft_log_sum, inv_temperature, tokens, vocab_size,
+        excluded, True,
+    )  # fmt: skip
+    target = _tile_law(
+        x, y, target_max, target_log_sum, draft_max, draft_log_sum, inv_temperature, tokens, vocab_size,
+        excluded, False,
+    )  # fmt: skip
+    return residual, target
 
 
 @triton.jit
@@ -404,11 +417,12 @@ def rows_kernel(
         final_draft_offset = tl.where(residual, _at(draft_offset, at_stop, -1), -1)
         final_draft_max = _at(draft_max, at_stop, NEG_INF)
         final_draft_log_sum = _at(draft_log_sum, at_stop, NEG_INF)
+        final_laws = (final_max, final_log_sum, residual_log_sum, final_draft_max, final_draft_log_sum)
         lanes = tl.arange(0, BLOCK_V)[None, :]
         blocks = tl.arange(0, NUM_BLOCKS)[None, :]
         # The block masses (`rejection_kernels._block_mass`) of each request's law, the residual
         # (p - q)+ or the target p (without a rejected one-hot draft), and of the fallback p, for a
-        # law without mass. A block of NOISE_GROUP final_tokens spans whole tiles, merged as they come.
+        # law without mass. A block of NOISE_GROUP tokens spans whole tiles, merged as they come.
         law_scale = tl.full([REQUESTS, NUM_BLOCKS], NEG_INF, tl.float32)
         law_total = tl.zeros([REQUESTS, NUM_BLOCKS], tl.float32)
         fallback_scale = tl.full([REQUESTS, NUM_BLOCKS], NEG_INF, tl.float32)
@@ -418,31 +432,18 @@ def rows_kernel(
         tile_start = 0
         while tile_start < vocab_size:
             final_tokens = tile_start + lanes
-            x, y = _final_tile(
-                target_ptr,
-                draft_ptr,
-                final_offset,
-                final_inside,
-                final_draft_offset,
-                final_tokens,
-                vocab_size,
-            )
-            residual_log_w, residual_fraction, residual_has = _tile_law(
-                x, y, final_max, residual_log_sum, final_draft_max, final_draft_log_sum, inv_temperature,
-                final_tokens, vocab_size, excluded, True,
-            )  # fmt: skip
-            target_log_w, target_fraction, target_has = _tile_law(
-                x, y, final_max, final_log_sum, final_draft_max, final_draft_log_sum, inv_temperature,
-                final_tokens, vocab_size, excluded, False,
+            residual_law, target_law = _final_laws(
+                target_ptr, draft_ptr, final_offset, final_inside, final_draft_offset, final_tokens,
+                vocab_size, final_laws, inv_temperature, excluded,
             )  # fmt: skip
             tile_law = _block_mass(
-                tl.where(residual, residual_log_w, target_log_w),
-                tl.where(residual, residual_fraction, target_fraction),
-                tl.where(residual, residual_has, target_has), 1, True,
+                tl.where(residual, residual_law[0], target_law[0]),
+                tl.where(residual, residual_law[1], target_law[1]),
+                tl.where(residual, residual_law[2], target_law[2]), 1, True,
             )  # fmt: skip
             block_law = _merge_mass(block_law, tile_law)
             block_fallback = _merge_mass(
-                block_fallback, _block_mass(target_log_w, target_fraction, target_log_w > NEG_INF, 1, True)
+                block_fallback, _block_mass(target_law[0], target_law[1], target_law[0] > NEG_INF, 1, True)
             )
             tile_start += BLOCK_V
             if (tile_start % NOISE_GROUP == 0) | (tile_start >= vocab_size):
@@ -469,28 +470,15 @@ def rows_kernel(
         part = 0
         while part < tl.minimum(vocab_size, NOISE_GROUP):
             final_tokens = block * NOISE_GROUP + part + lanes
-            x, y = _final_tile(
-                target_ptr,
-                draft_ptr,
-                final_offset,
-                final_inside,
-                final_draft_offset,
-                final_tokens,
-                vocab_size,
-            )
+            residual_law, target_law = _final_laws(
+                target_ptr, draft_ptr, final_offset, final_inside, final_draft_offset, final_tokens,
+                vocab_size, final_laws, inv_temperature, excluded,
+            )  # fmt: skip
             final_noise = _noise_rows(seed, step, stop, block * NOISE_GROUP + part, BLOCK_V)
-            residual_log_w, residual_fraction, residual_has = _tile_law(
-                x, y, final_max, residual_log_sum, final_draft_max, final_draft_log_sum, inv_temperature,
-                final_tokens, vocab_size, excluded, True,
-            )  # fmt: skip
-            target_log_w, target_fraction, target_has = _tile_law(
-                x, y, final_max, final_log_sum, final_draft_max, final_draft_log_sum, inv_temperature,
-                final_tokens, vocab_size, excluded, False,
-            )  # fmt: skip
             final_keys = tl.where(
                 residual,
-                _block_keys(residual_log_w, residual_fraction, residual_has, final_noise, True),
-                _block_keys(target_log_w, target_fraction, target_has, final_noise, False),
+                _block_keys(residual_law[0], residual_law[1], residual_law[2], final_noise, True),
+                _block_keys(target_law[0], target_law[1], target_law[2], final_noise, False),
             )
             # Strict `>`: parts ascend, so a lane keeps its lowest token among equal keys.
             final_take = final_keys > final_key
