@@ -671,8 +671,14 @@ def _log_prob(target_row_ptr, target_inside, token, row_max, log_sum, inv_temper
         target_row_ptr: the row's first logit, fp32/fp16/bf16 (read at ``token`` if inside).
     """
     inside = target_inside & (token >= 0) & (token < vocab_size)
-    logit = _clean(tl.load(target_row_ptr + tl.where(inside, token, 0), mask=inside, other=NEG_INF))
-    log_prob = _scaled(logit, row_max, inv_temperature) - log_sum
+    logit = tl.load(target_row_ptr + tl.where(inside, token, 0), mask=inside, other=NEG_INF)
+    return _logit_log_prob(logit, row_max, log_sum, inv_temperature)
+
+
+@triton.jit
+def _logit_log_prob(logit, row_max, log_sum, inv_temperature):
+    """``log p`` of a logit under the target law; ``-inf`` below float64's smallest probability."""
+    log_prob = _scaled(_clean(logit), row_max, inv_temperature) - log_sum
     return tl.where(log_prob < LOG_ZERO, NEG_INF, log_prob)
 
 
@@ -1275,11 +1281,10 @@ def _emit_token(target_row_ptr, draft_row_ptr, target_inside, draft_inside, bloc
     # A block with mass has a finite key; a row without any (only where every logit rounds
     # to probability 0) emits the block's first token, as the walk's argmax of -inf does.
     token = tl.where(key > NEG_INF, token, block * NOISE_GROUP)
-    # log p of the token from the tile in hand, as `_log_prob` computes it from memory.
+    # log p of the token from the tile in hand, rather than a second read of the row.
     logit = tl.max(tl.where(tokens == token, _clean(x), NEG_INF), axis=0)
-    log_p = _scaled(logit, target_max, inv_temperature) - target_log_sum
     tl.store(token_ids_ptr + out, token.to(tl.int64))
-    tl.store(logprobs_ptr + out, tl.where(log_p < LOG_ZERO, NEG_INF, log_p))
+    tl.store(logprobs_ptr + out, _logit_log_prob(logit, target_max, target_log_sum, inv_temperature))
 
 
 @triton.jit(do_not_specialize=["num_blocks"])

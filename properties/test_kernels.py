@@ -371,7 +371,9 @@ def test_sampling_cut_into_parts_gives_the_same_tokens(method: str, monkeypatch:
 
 
 @pytest.mark.skipif(
-    DEVICE != "cpu", reason="patches a compile-time constant, which the interpreter reads per call"
+    DEVICE != "cpu",
+    reason="forces the recompute path by patching FAST_MASS_FLOOR, which only the interpreter reads per call "
+    "(a compiled kernel fixes it at compile time)",
 )
 @pytest.mark.parametrize("method", ["probabilistic", "block"])
 def test_rows_recomputed_block_by_block_draw_the_same_tokens(
