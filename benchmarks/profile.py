@@ -5,11 +5,15 @@
 CASE_ID is a case id of the full grid (``probabilistic-fp32-flat-T1-B64-n4-V128256``); without one,
 the gate cases are profiled. Each kernel's time is its mean per call over the
 repeats, next to the case's floor; the L2 is flushed before each call, outside the kernels shown.
+The Triton sampler's launches run here one after another (``SPECSAMPLE_PDL=0``): programmatically
+dependent, a kernel's time would include its wait for the one before. A call's GPU time with them
+is what `benchmarks` measures.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -18,7 +22,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from specsample.benchmarks.grid import GATE_CASES, Case, full_grid, make_inputs, min_bytes
 from specsample.benchmarks.timing import ColdCallTimer, measure_ceilings
-from specsample.kernels import registry
+from specsample.kernels import registry, rejection
 
 
 def kernel_times(
@@ -54,6 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--variant", default="triton")
     parser.add_argument("--repeats", type=int, default=20)
     args = parser.parse_args(argv)
+    os.environ[rejection.PDL_ENV] = "0"
     by_id = {case.id: case for case in full_grid()}
     cases = [by_id[name] for name in args.cases] if args.cases else list(GATE_CASES)
     device = torch.device("cuda")

@@ -19,6 +19,9 @@ that determines every specialisation (`_plan_key`: shapes, strides, dtypes, the 
 current device, 16-byte alignment of each input) and launches them directly afterwards, which
 saves most of the host time of a small call. Under a launch hook (a profiler's), on another
 Triton release, or with ``SPECSAMPLE_DIRECT_LAUNCH=0``, every call goes through Triton's dispatch.
+On a GPU of compute capability 9.0 or later the launches after the first are programmatically
+dependent (`programmatic_launch`; ``SPECSAMPLE_PDL=0`` turns it off): each waits in the kernel for
+the one before, rather than behind a launch gap.
 
 Behaviour on odd values (the launcher checks them only when asked, see `rejection_sample`):
 
@@ -61,6 +64,8 @@ CHECK_VALUES_ENV = "SPECSAMPLE_CHECK_VALUES"
 # The default is "rows" on the CPU and "split" on a GPU; this environment variable, or the
 # `rejection_sample` argument, picks one for both.
 LAUNCH_PLAN_ENV = "SPECSAMPLE_LAUNCH_PLAN"
+# Set to 0, the split plan's launches are not programmatically dependent (`programmatic_launch`).
+PDL_ENV = "SPECSAMPLE_PDL"
 LAUNCH_PLANS = ("split", "rows")
 # A rows-plan program holds its requests' rows as one [requests, positions, vocabulary tile] tile
 # of at most this many elements, its vocabulary tile at most this many tokens. Under the
@@ -279,6 +284,17 @@ def _read_bounds(batch: SpecBatch, num_draft_rows: int, slot_capacity: int) -> d
     }
 
 
+def programmatic_launch(device: torch.device) -> bool:
+    """Whether a plan's launches after the first are programmatically dependent launches on
+    ``device``: on a GPU of compute capability 9.0 or later, unless ``SPECSAMPLE_PDL=0``. The driver
+    then places each launch's programs while the launch before it finishes, and they wait for it in
+    the kernel (`rejection_kernels._after_previous_launch`) instead of behind a launch gap. A plan
+    made with it stays cached, so the variable counts when a batch structure is first seen."""
+    if device.type != "cuda" or os.environ.get(PDL_ENV, "") == "0":
+        return False
+    return torch.cuda.get_device_capability(device)[0] >= 9
+
+
 def make_plan(batch: SpecBatch) -> Plan:
     """The `Plan` of a validated batch."""
     num_requests, vocab_size = batch.num_requests, batch.vocab_size
@@ -306,6 +322,8 @@ def make_plan(batch: SpecBatch) -> Plan:
     counts = _read_bounds(batch, num_draft_rows, slot_capacity)
 
     shared = dict(METHOD=method, HAS_DRAFT=draft is not None, SLOTTED=batch.slotted)
+    pdl = programmatic_launch(batch.device)
+    dependent = dict(launch_pdl=True) if pdl else {}
     strides = dict(
         target_stride=batch.target_logits.stride(0), draft_stride=draft_stride, slot_stride=slot_stride,
         vocab_size=vocab_size,
@@ -332,16 +350,16 @@ def make_plan(batch: SpecBatch) -> Plan:
                 values=dict(
                     **strides, max_num_drafts=max_num_drafts, num_splits=num_splits,
                     TILES_PER_SPLIT=stats_tiles, BLOCK_V=stats_block, SPLIT_BLOCK=layout.split_block,
-                    HAS_DRAFT=draft is not None, SLOTTED=batch.slotted,
+                    HAS_DRAFT=draft is not None, SLOTTED=batch.slotted, PDL=pdl,
                 ),
-                options=dict(num_warps=STATS_WARPS), buffers=CALL_BUFFERS,
+                options=dict(num_warps=STATS_WARPS, **dependent), buffers=CALL_BUFFERS,
             )
         )  # fmt: skip
     launches += [
         launch.Launch.of(
             jit.decide_kernel, (num_requests, 1, 1),
-            values=dict(**strides, max_num_drafts=max_num_drafts, POS_BLOCK=pos_block, **shared),
-            options=dict(num_warps=4), buffers=CALL_BUFFERS,
+            values=dict(**strides, max_num_drafts=max_num_drafts, POS_BLOCK=pos_block, PDL=pdl, **shared),
+            options=dict(num_warps=4, **dependent), buffers=CALL_BUFFERS,
         ),
     ]  # fmt: skip
     if not strict:
@@ -350,17 +368,18 @@ def make_plan(batch: SpecBatch) -> Plan:
                 jit.sample_kernel, (num_requests, sample_splits, 1),
                 values=dict(
                     vocab_size=vocab_size, num_blocks=num_blocks, TILES_PER_SPLIT=sample_tiles // parts,
-                    BLOCK_V=sample_block,
+                    BLOCK_V=sample_block, PDL=pdl,
                 ),
-                options=dict(num_warps=SAMPLE_WARPS_CUT if parts > 1 else SAMPLE_WARPS), buffers=CALL_BUFFERS,
+                options=dict(num_warps=SAMPLE_WARPS_CUT if parts > 1 else SAMPLE_WARPS, **dependent),
+                buffers=CALL_BUFFERS,
             ),
             launch.Launch.of(
                 jit.emit_kernel, (num_requests, 1, 1),
                 values=dict(
                     vocab_size=vocab_size, max_num_drafts=max_num_drafts, num_blocks=num_blocks,
-                    NUM_BLOCKS=_next_power_of_2(num_blocks),
+                    NUM_BLOCKS=_next_power_of_2(num_blocks), PDL=pdl,
                 ),
-                options=dict(num_warps=4), buffers=CALL_BUFFERS,
+                options=dict(num_warps=4, **dependent), buffers=CALL_BUFFERS,
             ),
         ]  # fmt: skip
     offsets = {record.field: record.offset for record in records if record.field is not None}

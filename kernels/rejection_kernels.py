@@ -33,6 +33,11 @@ runs up to five launches:
    Philox call gives four uniforms, each word a run of 256 consecutive tokens of the block) and
    writes the emitted token.
 
+On a GPU of compute capability 9.0 or later, launches 2 to 5 are programmatically dependent
+(`kernels.rejection.programmatic_launch`): the driver places a launch's programs while the one
+before it finishes, and each program first waits for it (`_after_previous_launch`), which saves
+the launch gaps (H200, B=64 n=4 V=128256: 4 us of 103).
+
 Numbers follow `reference.law`: NaN logits count as ``-inf``; a row with ``+inf`` logits is uniform
 over them; a row with no finite logit is uniform over the vocabulary. Everything is computed in
 the log domain relative to the row max, ``e(x) = (x - max) / T``, so tiny temperatures do not
@@ -44,6 +49,7 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 PROBABILISTIC = tl.constexpr(0)
 STRICT = tl.constexpr(1)
@@ -157,6 +163,16 @@ def _inv_temperature(temperature):
     sampled = temperature > 0.0
     safe = tl.where(sampled, tl.minimum(temperature, MAX_TEMPERATURE), 1.0)
     return 1.0 / safe
+
+
+@triton.jit
+def _after_previous_launch(PDL: tl.constexpr):
+    """Where a call's launches after the first are programmatically dependent (``PDL``, sm_90 and
+    later): wait until the previous launch has finished and its writes are visible, then let the
+    next launch place its programs, which wait here in turn. Called first, before any read or write."""
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
 
 
 @triton.jit
@@ -878,6 +894,7 @@ def block_keep_kernel(
     TILES_PER_SPLIT: tl.constexpr,
     BLOCK_V: tl.constexpr,
     SPLIT_BLOCK: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     """Block verification's keep decisions of the sampled requests: ``eta_i < h_i`` for ``1 <= i <= n``.
 
@@ -897,6 +914,7 @@ def block_keep_kernel(
     """
     # Grid (B * num_splits, max_n): program (request * num_splits + split, i - 1) handles split
     # `split` of row i; greedy requests (decided by their argmax chain) exit at once.
+    _after_previous_launch(PDL)
     program = tl.program_id(0)
     request = program // num_splits
     split = program % num_splits
@@ -985,6 +1003,7 @@ def decide_kernel(
     HAS_DRAFT: tl.constexpr,
     SLOTTED: tl.constexpr,
     POS_BLOCK: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     """The first rejection, and every output except a sampled final token, from the row records.
 
@@ -1004,6 +1023,7 @@ def decide_kernel(
     """
     # Grid (B,): one program per request; positions go in chunks of POS_BLOCK and the walk stops
     # at the chunk holding the first rejection. Rows after it may have been skipped: none is read.
+    _after_previous_launch(PDL)
     request = tl.program_id(0)
     # The geometry loads go out with the request's first loads, ahead of every store.
     num_target_rows = _geometry(geometry_ptr, GEO_NUM_TARGET_ROWS)
@@ -1300,6 +1320,7 @@ def sample_kernel(
     num_blocks,
     TILES_PER_SPLIT: tl.constexpr,
     BLOCK_V: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     """The block masses of one split of a request's final row under the residual (or restricted) law.
 
@@ -1318,6 +1339,7 @@ def sample_kernel(
     """
     # Grid (B, num_splits): one program per request and vocabulary split; requests whose token is
     # already known exit at once.
+    _after_previous_launch(PDL)
     request = tl.program_id(0)
     split = tl.program_id(1)
     info_int = info_int_ptr + request.to(tl.int64) * INFO_INTS
@@ -1369,6 +1391,7 @@ def emit_kernel(
     max_num_drafts,
     num_blocks,
     NUM_BLOCKS: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     """Draw each final row's token from its block masses (`_emit_token`) and write it and its logprob.
 
@@ -1383,6 +1406,7 @@ def emit_kernel(
         logprobs_ptr: ``[B, max_n + 1]`` fp32 output.
     """
     # Grid (B,): one program per request.
+    _after_previous_launch(PDL)
     request = tl.program_id(0)
     info_int = info_int_ptr + request.to(tl.int64) * INFO_INTS
     mode = tl.load(info_int + INFO_MODE)

@@ -83,6 +83,30 @@ def test_environment_variable_turns_the_direct_launch_off(monkeypatch: pytest.Mo
     assert calls == [1]
 
 
+def test_programmatic_launch_follows_the_device_and_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The split plan's launches after the first are programmatically dependent on a GPU of compute
+    capability 9.0 or later unless SPECSAMPLE_PDL=0, and never on the CPU; the outputs are the same
+    either way."""
+    monkeypatch.delenv(rejection.PDL_ENV, raising=False)
+    batch = _batch()
+    expected = DEVICE == "cuda" and torch.cuda.get_device_capability()[0] >= 9
+    assert rejection.programmatic_launch(batch.device) == expected
+    launches = rejection.make_plan(batch).launches
+    dependent = [item.options.get("launch_pdl", False) for item in launches]
+    assert dependent == [False] + [expected] * (len(launches) - 1)
+    flags = {dict(zip(item.kernel.arg_names, item.template, strict=True))["PDL"] for item in launches[1:]}
+    assert flags == {expected}
+    before = rejection.rejection_sample(batch, plan="split")
+    monkeypatch.setenv(rejection.PDL_ENV, "0")
+    rejection._cache.clear()
+    try:
+        assert not rejection.programmatic_launch(batch.device)
+        assert not any(item.options.get("launch_pdl", False) for item in rejection.make_plan(batch).launches)
+        _assert_same(rejection.rejection_sample(batch, plan="split"), before)
+    finally:
+        rejection._cache.clear()  # no plan made without it outlives the test
+
+
 def test_launch_plan_defaults_by_device_and_follows_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     """The rows plan on the CPU and the split plan on a GPU unless the argument or the variable says
     otherwise; a name that is no plan is a ValueError naming where it came from and the value."""
@@ -210,6 +234,7 @@ from specsample.kernels import rejection as r
 from specsample.reference.contract import RequestData, make_batch
 
 r.ROWS_TILE_ELEMENTS["cpu"], r.ROWS_BLOCK_V["cpu"] = r.ROWS_TILE_ELEMENTS["cuda"], r.ROWS_BLOCK_V["cuda"]
+r.programmatic_launch = lambda device: True  # as on an sm_90 GPU
 TYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64",
          torch.int32: "i32", torch.int64: "i64"}
 rng = np.random.default_rng(0)
@@ -224,7 +249,7 @@ for method, layout, dtype in [(m, "flat", torch.float32) for m in r.KERNEL_METHO
     buffers = dict(zip(r.INPUT_BUFFERS, r._batch_tensors(batch)))
     buffers.update(zip(r.OUTPUT_BUFFERS, r._outputs(plan, batch.device)), work_ptr=work)
     buffers.update(r._record_views(plan, work), geometry_ptr=plan.geometry)
-    for item in (*plan.launches, r.rows_launch(batch)):
+    for split, item in [(True, item) for item in plan.launches] + [(False, r.rows_launch(batch))]:
         kernel, signature, constexprs = item.kernel, {}, {}
         for index, (name, value) in enumerate(zip(kernel.arg_names, item.arguments(buffers))):
             if index in kernel.constexprs:
@@ -234,8 +259,12 @@ for method, layout, dtype in [(m, "flat", torch.float32) for m in r.KERNEL_METHO
             else:
                 signature[name] = "i32" if -2**31 <= value < 2**31 else "i64"
         source = ASTSource(fn=kernel, signature=signature, constexprs=constexprs)
-        compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+        options = {"num_warps": 4, "launch_pdl": item.options.get("launch_pdl", False)}
+        compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
         assert "cubin" in compiled.asm, (method, layout, kernel.__name__)
+        # The split plan's launches after the first wait for the one before them in the kernel.
+        if split and item.kernel is not r.jit.row_stats_kernel:
+            assert options["launch_pdl"] and "griddepcontrol.wait" in compiled.asm["ptx"], kernel.__name__
         print(method, layout, kernel.__name__, "compiled")
 """
 
