@@ -88,6 +88,9 @@ STATS_BLOCK_V, STATS_WARPS = 2048, 4
 # batch fills the GPU with programs, 8 where a small batch's splits are cut into parts (H100,
 # canonical-v3, B=64 n=4 V=128256: 27.4 us at 4 warps, 29.8 at 8; B=1: 2.8 and 2.5 us).
 SAMPLE_BLOCK_V, SAMPLE_WARPS, SAMPLE_WARPS_CUT = 1024, 4, 8
+# The sampling pass and the emit step read rows from recorded offsets, hinted as multiples of up to
+# this many elements (16 bytes of fp32 at 4, 32 at 16 of fp16).
+MAX_ROW_ALIGN = 16
 STRICT_BLOCK_V, STRICT_WARPS = 1024, 4
 MAX_POS_BLOCK = 16
 # The methods the kernels have a branch for (their ``METHOD`` codes).
@@ -127,6 +130,16 @@ class VocabLayout:
 def _next_power_of_2(n: int) -> int:
     """The smallest power of two ``>= n``, for ``n >= 1`` (plain Python: this is the host's hot path)."""
     return 1 << (n - 1).bit_length()
+
+
+def _row_alignment(*strides: int) -> int:
+    """The largest power of two up to `MAX_ROW_ALIGN` that divides every nonzero stride (in
+    elements), so every row offset: the sampling pass then loads a row in vectors where the
+    tensor's start is 16-byte aligned too (Triton specialises on that)."""
+    align = MAX_ROW_ALIGN
+    while align > 1 and any(stride % align for stride in strides if stride):
+        align //= 2
+    return align
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -319,6 +332,7 @@ def make_plan(batch: SpecBatch) -> Plan:
     records, work_words, zeroed = _workspace_layout(num_requests, width, num_splits, num_blocks, block)
 
     num_draft_rows, slot_capacity, draft_stride, slot_stride = _draft_layout(batch)
+    row_align = _row_alignment(batch.target_logits.stride(0), draft_stride, slot_stride)
     counts = _read_bounds(batch, num_draft_rows, slot_capacity)
 
     shared = dict(METHOD=method, HAS_DRAFT=draft is not None, SLOTTED=batch.slotted)
@@ -368,7 +382,7 @@ def make_plan(batch: SpecBatch) -> Plan:
                 jit.sample_kernel, (num_requests, sample_splits, 1),
                 values=dict(
                     vocab_size=vocab_size, num_blocks=num_blocks, TILES_PER_SPLIT=sample_tiles // parts,
-                    BLOCK_V=sample_block, PDL=pdl,
+                    BLOCK_V=sample_block, ROW_ALIGN=row_align, PDL=pdl,
                 ),
                 options=dict(num_warps=SAMPLE_WARPS_CUT if parts > 1 else SAMPLE_WARPS, **dependent),
                 buffers=CALL_BUFFERS,
@@ -377,7 +391,7 @@ def make_plan(batch: SpecBatch) -> Plan:
                 jit.emit_kernel, (num_requests, 1, 1),
                 values=dict(
                     vocab_size=vocab_size, max_num_drafts=max_num_drafts, num_blocks=num_blocks,
-                    NUM_BLOCKS=_next_power_of_2(num_blocks), PDL=pdl,
+                    NUM_BLOCKS=_next_power_of_2(num_blocks), ROW_ALIGN=row_align, PDL=pdl,
                 ),
                 options=dict(num_warps=4, **dependent), buffers=CALL_BUFFERS,
             ),

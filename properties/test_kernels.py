@@ -402,6 +402,41 @@ def test_rows_recomputed_block_by_block_draw_the_same_tokens(
     assert bool((recomputed.num_emitted <= n).any()), "no request rejected a draft: nothing was sampled"
 
 
+@pytest.mark.parametrize("layout", ["flat", "one-hot"])
+def test_split_plan_fast_sampling_pass_draws_the_walks_tokens(layout: str) -> None:
+    """The sampling pass reads a split whose tokens all lie inside the vocabulary the fast way
+    (`_fast_weights`: no masks, one reduction) and the vocabulary's last split the general way. With
+    two full splits and a partial one, residual, restricted (one-hot drafts) and bonus rows, NaN
+    logits among them, every token is the walk's but at near ties. The partial split holds about
+    half of each residual, so a fast way that weighed its blocks 1.5 times too much against the
+    general way's block would move the pick of about one request in ten: over some 50 sampled
+    requests, it goes unseen with probability about 0.5 %."""
+    vocab_size, n = 2 * 4096 + 77, 2
+    rng = np.random.default_rng(21)
+    requests = []
+    for seed in range(80):
+        target = rng.normal(size=(n + 1, vocab_size))
+        target[:, 2 * 4096 :] += 4.0
+        draft = target[:n] + rng.normal(size=(n, vocab_size)) * 1.5
+        draft[:, 2 * 4096 :] -= 2.0  # the partial split holds about half the residual
+        drafts = rng.integers(0, vocab_size, n)
+        if seed % 8 == 1:  # drafts the target all but certainly accepts: a bonus row
+            target[np.arange(n), drafts] += 20.0
+            draft[np.arange(n), drafts] += 20.0
+        if seed % 8 == 0:  # NaN logits read as -inf
+            target[:, rng.integers(0, vocab_size, 50)] = np.nan
+            draft[:, rng.integers(0, vocab_size, 50)] = np.nan
+        requests.append(
+            RequestData(target, drafts, None if layout == "one-hot" else draft, temperature=0.8, seed=seed)
+        )
+    batch = make_batch(requests, method="probabilistic", device=DEVICE)
+    output = rejection_sample(batch, plan="split")
+    result = agreement(batch, output)
+    assert not result.unexplained, result.unexplained
+    emitted = output.num_emitted.cpu()
+    assert bool((emitted <= n).any()) and bool((emitted == n + 1).any()), emitted
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(DEVICE != "cuda", reason=NO_GPU)
 @settings(max_examples=30)
