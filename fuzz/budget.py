@@ -87,6 +87,8 @@ class Throughput:
 # Each run of the checks draws the shared trials once, and its own trials for each check that does not
 # share them but counts them (marginal, steps): calls' worth of trials per run, from the registry.
 CALLS_PER_CHECK_RUN = 1.0 + sum(not c.shares_trials and c.counts_trials for c in CHECKS.values())
+# `affordable_samples` times its probe this many times and keeps the fastest.
+PROBE_REPEATS = 2
 
 
 def affordable_samples(
@@ -102,15 +104,20 @@ def affordable_samples(
     """The trial count, at most ``wanted``, whose calls on ``batches`` fit in about ``seconds``.
 
     Each batch is called once untimed (the first call compiles), then the cost is measured with one
-    call of ``min(wanted, probe_trials)`` trials of each batch, the size the checks' calls come in.
-    A fast sampler gets ``wanted``; a slow one (a Triton kernel under the CPU interpreter with one
-    program per row) gets fewer trials, never fewer than ``floor``. A batch the sampler raises on is
-    left out of the measure (the checks report the error).
+    call of ``min(wanted, probe_trials)`` trials of each batch, the size the checks' calls come in,
+    twice: the faster of the two counts, so that a stall of the machine during one (on a shared
+    2-core runner, a second of timing is easily cut by a third) does not cut the trials. A fast
+    sampler gets ``wanted``; a slow one (a Triton kernel under the CPU interpreter with one program
+    per row) gets fewer trials, never fewer than ``floor``. A batch the sampler raises on is left out
+    of the measure (the checks report the error).
     """
     trials = max(1, min(wanted, probe_trials))
     name = getattr(variant, "name", type(variant).__name__)
     with Progress(
-        f"{name}: warm-up, then {trials} trials timed", 2 * len(batches), "calls", enabled=progress
+        f"{name}: warm-up, then {trials} trials timed twice",
+        (1 + PROBE_REPEATS) * len(batches),
+        "calls",
+        enabled=progress,
     ) as bar:
         usable = []
         for batch in batches:
@@ -121,15 +128,19 @@ def affordable_samples(
                 continue
             usable.append(batch)
         bar.update(len(batches) - len(usable))
-        start = time.monotonic()
-        for batch in usable:
-            index = np.repeat(np.arange(batch.num_requests), trials)
-            variant(select_requests(on_device(batch, device), index, seed=np.arange(index.size)))
-            bar.update()
-        if device.startswith("cuda"):
-            import torch
+        times = []
+        for _ in range(PROBE_REPEATS):
+            start = time.monotonic()
+            for batch in usable:
+                index = np.repeat(np.arange(batch.num_requests), trials)
+                variant(select_requests(on_device(batch, device), index, seed=np.arange(index.size)))
+                bar.update()
+            if device.startswith("cuda"):
+                import torch
 
-            torch.cuda.synchronize()
-        per_trial = (time.monotonic() - start) / trials
+                torch.cuda.synchronize()
+            times.append(time.monotonic() - start)
+            bar.update(len(batches) - len(usable))
+        per_trial = min(times) / trials
     affordable = int(seconds / max(CALLS_PER_CHECK_RUN * per_trial, 1e-9))
     return Throughput(per_trial, max(min(floor, wanted), min(wanted, affordable)))

@@ -1299,22 +1299,33 @@ def _final_row(info_int, info_float, mode):
 
 
 @triton.jit
+def _final_block(target_row_ptr, draft_row_ptr, target_inside, draft_inside, block, vocab_size, draft_token,
+                 target_max, law_log_sum, draft_max, draft_log_sum, inv_temperature, residual):  # fmt: skip
+    """Block ``block`` of a final row under its law: ``(tokens, target logits, log p, fraction, has mass)``
+    (`_tile_law`), the emit step's read of one block."""
+    tokens = block * NOISE_GROUP + tl.arange(0, NOISE_GROUP)
+    in_vocab = tokens < vocab_size
+    x = tl.load(target_row_ptr + tokens, mask=in_vocab & target_inside, other=NEG_INF)
+    y = tl.load(draft_row_ptr + tokens, mask=in_vocab & residual & draft_inside, other=NEG_INF)
+    log_p, fraction, has_mass = _tile_law(
+        x, y, target_max, law_log_sum, draft_max, draft_log_sum, inv_temperature, tokens, vocab_size,
+        draft_token, residual,
+    )  # fmt: skip
+    return tokens, x, log_p, fraction, has_mass
+
+
+@triton.jit
 def _row_block_masses(target_row_ptr, draft_row_ptr, target_inside, draft_inside, scale, total, num_blocks,
                       vocab_size, draft_token, target_max, law_log_sum, draft_max, draft_log_sum,
                       inv_temperature, residual, NUM_BLOCKS: tl.constexpr):  # fmt: skip
     """A final row's ``[1, NUM_BLOCKS]`` block masses ``(scale, sum)`` (`_block_mass`), read block by
     block in one program, each relative to its own largest weight: `_emit_token`'s slow way."""
-    lanes = tl.arange(0, NOISE_GROUP)
     blocks = tl.arange(0, NUM_BLOCKS)[None, :]
     block = 0
     while block < num_blocks:
-        tokens = block * NOISE_GROUP + lanes
-        in_vocab = tokens < vocab_size
-        x = tl.load(target_row_ptr + tokens, mask=in_vocab & target_inside, other=NEG_INF)
-        y = tl.load(draft_row_ptr + tokens, mask=in_vocab & residual & draft_inside, other=NEG_INF)
-        log_p, fraction, has_mass = _tile_law(
-            x, y, target_max, law_log_sum, draft_max, draft_log_sum, inv_temperature, tokens, vocab_size,
-            draft_token, residual,
+        _, _, log_p, fraction, has_mass = _final_block(
+            target_row_ptr, draft_row_ptr, target_inside, draft_inside, block, vocab_size, draft_token,
+            target_max, law_log_sum, draft_max, draft_log_sum, inv_temperature, residual,
         )  # fmt: skip
         block_scale, block_total = _block_mass(log_p, fraction, has_mass, 0, False)
         scale = tl.where(blocks == block, block_scale, scale)
@@ -1340,7 +1351,6 @@ def _emit_token(target_row_ptr, draft_row_ptr, target_inside, draft_inside, bloc
     run slowly.
     """
     residual = mode == SAMPLE_RESIDUAL
-    lanes = tl.arange(0, NOISE_GROUP)
     blocks = tl.arange(0, NUM_BLOCKS)[None, :]
     records = request.to(tl.int64) * num_blocks + blocks
     scale = tl.load(block_scale_ptr + records, mask=blocks < num_blocks, other=NEG_INF, cache_modifier=".cg")
@@ -1364,13 +1374,9 @@ def _emit_token(target_row_ptr, draft_row_ptr, target_inside, draft_inside, bloc
             )  # fmt: skip
     u = _block_uniform(seed, step, position)
     block = tl.sum(tl.reshape(_pick_block(scale, total, u, NUM_BLOCKS), (1,)), axis=0)
-    tokens = block * NOISE_GROUP + lanes
-    in_vocab = tokens < vocab_size
-    x = tl.load(target_row_ptr + tokens, mask=in_vocab & target_inside, other=NEG_INF)
-    y = tl.load(draft_row_ptr + tokens, mask=in_vocab & residual & draft_inside, other=NEG_INF)
-    log_p, fraction, has_mass = _tile_law(
-        x, y, target_max, law_log_sum, draft_max, draft_log_sum, inv_temperature, tokens, vocab_size,
-        draft_token, residual,
+    tokens, x, log_p, fraction, has_mass = _final_block(
+        target_row_ptr, draft_row_ptr, target_inside, draft_inside, block, vocab_size, draft_token,
+        target_max, law_log_sum, draft_max, draft_log_sum, inv_temperature, residual,
     )  # fmt: skip
     noise = _noise_tile(seed, step, position, block * NOISE_GROUP)
     keys = _block_keys(log_p, fraction, has_mass, noise, residual)
