@@ -1220,13 +1220,25 @@ def _fast_row(in_vocab, target_inside, draft_inside, residual, target_max, draft
 
 
 @triton.jit
-def _store_block_mass(block_scale_ptr, block_sum_ptr, record, top, weights):
-    """Record a block's mass from its fast weights (`_fast_weights`): ``(top, sum)``, or ``(-inf, 0)``
-    where the sum is 0 (`_emit_token` then tells a row without mass from one whose weights all
-    underflowed by computing it again)."""
-    total = tl.sum(weights, axis=0)
-    tl.store(block_scale_ptr + record, tl.where(total > 0.0, top, NEG_INF))
-    tl.store(block_sum_ptr + record, total)
+def _fast_block_masses(target_row_ptr, draft_row_ptr, first, records, block_scale_ptr, block_sum_ptr, top,
+                       target_max, residual_log_sum, draft_max, draft_log_sum, inv_temperature, draft_token,
+                       SPAN: tl.constexpr, RESIDUAL: tl.constexpr):  # fmt: skip
+    """`sample_kernel`'s fast way (`_fast_row`) over the ``SPAN`` tokens from ``first``, a block of
+    ``NOISE_GROUP`` at a time: each block's mass recorded as ``(top, sum)`` of its `_fast_weights`,
+    or ``(-inf, 0)`` where the sum is 0 (`_emit_token` then tells a row without mass from one whose
+    weights all underflowed by computing it again). Draft logits are read only if ``RESIDUAL``."""
+    lanes = tl.arange(0, NOISE_GROUP)
+    for group in range(0, SPAN, NOISE_GROUP):
+        tokens = first + group + lanes
+        x = tl.load(target_row_ptr + tokens)
+        y = tl.load(draft_row_ptr + tokens) if RESIDUAL else x
+        weights = _fast_weights(
+            x, y, target_max, residual_log_sum, draft_max, draft_log_sum, inv_temperature, tokens,
+            draft_token, RESIDUAL,
+        )  # fmt: skip
+        total = tl.sum(weights, axis=0)
+        tl.store(block_scale_ptr + records + group // NOISE_GROUP, tl.where(total > 0.0, top, NEG_INF))
+        tl.store(block_sum_ptr + records + group // NOISE_GROUP, total)
 
 
 @triton.jit
@@ -1454,24 +1466,17 @@ def sample_kernel(
         )  # fmt: skip
         # A split is a whole number of blocks, or a single split shorter than a block.
         if fast & residual:
-            for group in range(0, TILES_PER_SPLIT * BLOCK_V, NOISE_GROUP):
-                tokens = first + group + lanes
-                weights = _fast_weights(
-                    tl.load(target_row_ptr + tokens), tl.load(draft_row_ptr + tokens), target_max,
-                    residual_log_sum, draft_max, draft_log_sum, inv_temperature, tokens, draft_token, True,
-                )  # fmt: skip
-                block = records + group // NOISE_GROUP
-                _store_block_mass(block_scale_ptr, block_sum_ptr, block, top, weights)
+            _fast_block_masses(
+                target_row_ptr, draft_row_ptr, first, records, block_scale_ptr, block_sum_ptr, top,
+                target_max, residual_log_sum, draft_max, draft_log_sum, inv_temperature, draft_token,
+                TILES_PER_SPLIT * BLOCK_V, True,
+            )  # fmt: skip
         elif fast:
-            for group in range(0, TILES_PER_SPLIT * BLOCK_V, NOISE_GROUP):
-                tokens = first + group + lanes
-                x = tl.load(target_row_ptr + tokens)
-                weights = _fast_weights(
-                    x, x, target_max, residual_log_sum, draft_max, draft_log_sum, inv_temperature, tokens,
-                    draft_token, False,
-                )  # fmt: skip
-                block = records + group // NOISE_GROUP
-                _store_block_mass(block_scale_ptr, block_sum_ptr, block, top, weights)
+            _fast_block_masses(
+                target_row_ptr, draft_row_ptr, first, records, block_scale_ptr, block_sum_ptr, top,
+                target_max, residual_log_sum, draft_max, draft_log_sum, inv_temperature, draft_token,
+                TILES_PER_SPLIT * BLOCK_V, False,
+            )  # fmt: skip
         else:
             for group in range(0, TILES_PER_SPLIT * BLOCK_V, NOISE_GROUP):
                 tokens = first + group + lanes

@@ -130,6 +130,12 @@ def _final_laws(target_ptr, draft_ptr, target_offset, target_inside, draft_offse
 
 
 @triton.jit
+def _no_mass(REQUESTS: tl.constexpr):
+    """``[REQUESTS, 1]`` block masses ``(scale, sum)`` of nothing yet: ``(-inf, 0)``."""
+    return tl.full([REQUESTS, 1], NEG_INF, tl.float32), tl.zeros([REQUESTS, 1], tl.float32)
+
+
+@triton.jit
 def _merge_mass(mass, tile):
     """A block's mass ``(scale, sum)`` (`rejection_kernels._block_mass`) with a tile's added."""
     scale = tl.maximum(mass[0], tile[0])
@@ -427,8 +433,8 @@ def rows_kernel(
         law_total = tl.zeros([REQUESTS, NUM_BLOCKS], tl.float32)
         fallback_scale = tl.full([REQUESTS, NUM_BLOCKS], NEG_INF, tl.float32)
         fallback_total = tl.zeros([REQUESTS, NUM_BLOCKS], tl.float32)
-        block_law = (tl.full([REQUESTS, 1], NEG_INF, tl.float32), tl.zeros([REQUESTS, 1], tl.float32))
-        block_fallback = (tl.full([REQUESTS, 1], NEG_INF, tl.float32), tl.zeros([REQUESTS, 1], tl.float32))
+        block_law = _no_mass(REQUESTS)
+        block_fallback = _no_mass(REQUESTS)
         tile_start = 0
         while tile_start < vocab_size:
             final_tokens = tile_start + lanes
@@ -452,11 +458,8 @@ def rows_kernel(
                 law_total = tl.where(here, block_law[1], law_total)
                 fallback_scale = tl.where(here, block_fallback[0], fallback_scale)
                 fallback_total = tl.where(here, block_fallback[1], fallback_total)
-                block_law = (tl.full([REQUESTS, 1], NEG_INF, tl.float32), tl.zeros([REQUESTS, 1], tl.float32))
-                block_fallback = (
-                    tl.full([REQUESTS, 1], NEG_INF, tl.float32),
-                    tl.zeros([REQUESTS, 1], tl.float32),
-                )
+                block_law = _no_mass(REQUESTS)
+                block_fallback = _no_mass(REQUESTS)
         # A law without mass falls back to the target law, as the specification says.
         fallback = tl.max(law_scale, axis=1, keep_dims=True) == NEG_INF
         scale = tl.where(fallback, fallback_scale, law_scale)
