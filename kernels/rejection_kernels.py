@@ -9,18 +9,19 @@ runs up to five launches:
    greedy rows, the Gumbel-max candidate for strict rows. The last program to finish a row
    (an acquire-release counter per row) combines the splits and decides the row's draft
    (`_finish_row`); a rejection raises a per-request flag, and programs of later positions of
-   that request that start after it skip their row (positions are the slowest grid dimension,
-   so later positions are scheduled after earlier ones). The output never depends on a row after
-   the first rejection, so skipping changes only the time. Synthetic decisions read no logit, so
-   each program makes them for the positions before its own and skips exactly.
+   that request that start after it leave at once, writing nothing (positions are the slowest
+   grid dimension, so later positions are scheduled after earlier ones). The output never
+   depends on a row after the first rejection, so skipping changes only the time, and no kernel
+   reads such a row's records: the flag itself names the first rejection. Synthetic decisions
+   read no logit, so each program makes them for the positions before its own and skips exactly.
    Block verification (`reference.block`) decides jointly: its rows record ``log p(d) / q(d)``
    and reject nothing here, so every row of a sampled request is read.
 2. `block_keep_kernel` (block verification only), grid ``(B * num_splits, max_n)``: the weights
    ``w_i`` from the ratios, the residual mass ``S_i = sum max(w_i p_i - q_i, 0)`` of each row
    ``1 <= i < n`` that may be kept (a second read of it), the keep probabilities ``h_i`` and the
    decisions ``eta_i < h_i``.
-3. `decide_kernel`, grid ``(B,)``: walks the row decisions to the first rejection ``j`` (block
-   verification: to ``m``, the largest kept index), or the bonus row, writes the accepted prefix,
+3. `decide_kernel`, grid ``(B,)``: takes the first rejection ``j`` from the request's flag (block
+   verification: ``m``, the largest kept index), or the bonus row, writes the accepted prefix,
    the padding and ``num_emitted``, and either writes the emitted token (greedy and strict rows)
    or leaves the final row's statistics for the next two kernels.
 4. `sample_kernel`, grid ``(B, num_splits)``: the block masses of one split of the final row only,
@@ -336,14 +337,12 @@ def _split_stats(
     split,
     vocab_size,
     inv_temperature,
-    ARGMAX: tl.constexpr,
     TILES_PER_SPLIT: tl.constexpr,
     BLOCK_V: tl.constexpr,
 ):
-    """One pass over one split of a row: ``(max, sum of exp(e), argmax)``.
+    """One pass over one split of a greedy row: ``(max, sum of exp(e), first argmax)``.
 
-    The argmax is the split's first token unless ``ARGMAX`` (only greedy rows need it). Lanes past
-    the vocabulary count for nothing; a row outside its tensor reads as no finite logit.
+    Lanes past the vocabulary count for nothing; a row outside its tensor reads as no finite logit.
 
     Args:
         row_ptr: the row's first logit, fp32/fp16/bf16, ``V`` contiguous elements.
@@ -357,17 +356,62 @@ def _split_stats(
         tokens = first + tile * BLOCK_V + lanes
         in_vocab = tokens < vocab_size
         x = _clean(tl.load(row_ptr + tokens, mask=in_vocab & row_inside, other=NEG_INF))
-        if ARGMAX:
-            tile_max, tile_lane = tl.max(x, axis=0, return_indices=True, return_indices_tie_break_left=True)
-            # Strict `>`: the first maximum wins ties, as the specification's argmax does.
-            row_arg = tl.where(tile_max > row_max, first + tile * BLOCK_V + tile_lane, row_arg)
-        else:
-            tile_max = tl.max(x, axis=0)
-        new_max = tl.maximum(row_max, tile_max)
-        weights = tl.where(in_vocab, tl.exp(_scaled(x, new_max, inv_temperature)), 0.0)
-        row_sum = row_sum * _rescale(row_max, new_max, inv_temperature) + tl.sum(weights, axis=0)
-        row_max = new_max
+        tile_max, tile_lane = tl.max(x, axis=0, return_indices=True, return_indices_tie_break_left=True)
+        # Strict `>`: the first maximum wins ties, as the specification's argmax does.
+        row_arg = tl.where(tile_max > row_max, first + tile * BLOCK_V + tile_lane, row_arg)
+        row_max, row_sum = _online_sum(x, tile_max, in_vocab, row_max, row_sum, inv_temperature)
     return row_max, row_sum, row_arg
+
+
+@triton.jit
+def _online_sum(x, tile_max, in_vocab, row_max, row_sum, inv_temperature):
+    """The running ``(max, sum of exp(e))`` of a row after one more tile ``x`` whose max is ``tile_max``."""
+    new_max = tl.maximum(row_max, tile_max)
+    weights = tl.where(in_vocab, tl.exp(_scaled(x, new_max, inv_temperature)), 0.0)
+    return new_max, row_sum * _rescale(row_max, new_max, inv_temperature) + tl.sum(weights, axis=0)
+
+
+@triton.jit
+def _split_moments(
+    target_row_ptr,
+    target_inside,
+    draft_row_ptr,
+    draft_inside,
+    split,
+    vocab_size,
+    inv_temperature,
+    PAIR: tl.constexpr,
+    TILES_PER_SPLIT: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+):
+    """One pass over one split of a sampled target row and, if ``PAIR``, of its draft row:
+    ``(target max, target sum of exp(e), draft max, draft sum)``, the draft's ``-inf`` and 0 unless
+    ``PAIR``. Lanes past the vocabulary count for nothing; a row outside its tensor reads as no
+    finite logit.
+
+    A tile of both rows is loaded before either is reduced, so a program waits on memory once per
+    tile rather than twice; the arithmetic of the two rows is the same, so ``p == q`` gives
+    identical numbers.
+    """
+    lanes = tl.arange(0, BLOCK_V)
+    first = split * (TILES_PER_SPLIT * BLOCK_V)
+    target_max = tl.full([], NEG_INF, tl.float32)
+    target_sum = tl.full([], 0.0, tl.float32)
+    draft_max = tl.full([], NEG_INF, tl.float32)
+    draft_sum = tl.full([], 0.0, tl.float32)
+    for tile in range(TILES_PER_SPLIT):
+        tokens = first + tile * BLOCK_V + lanes
+        in_vocab = tokens < vocab_size
+        x = _clean(tl.load(target_row_ptr + tokens, mask=in_vocab & target_inside, other=NEG_INF))
+        if PAIR:
+            y = _clean(tl.load(draft_row_ptr + tokens, mask=in_vocab & draft_inside, other=NEG_INF))
+            draft_max, draft_sum = _online_sum(
+                y, tl.max(y, axis=0), in_vocab, draft_max, draft_sum, inv_temperature
+            )
+        target_max, target_sum = _online_sum(
+            x, tl.max(x, axis=0), in_vocab, target_max, target_sum, inv_temperature
+        )
+    return target_max, target_sum, draft_max, draft_sum
 
 
 @triton.jit
@@ -475,9 +519,11 @@ def row_stats_kernel(
     """Per-split statistics of the target rows (and draft rows) up to each request's first rejection.
 
     The last program to finish a row combines its splits and decides it (`_finish_row`). A program
-    whose row lies after a rejection already decided skips its reads and writes neutral records:
-    a request never needs a row after its first rejection, so only the time depends on what was
-    skipped, never the output.
+    whose row lies after a rejection already decided leaves at once: it writes nothing and does
+    not count in, so that row is never finished. A request never needs a row after its first
+    rejection, and every row up to it is read and decided, so only the time depends on what was
+    skipped, never the output; `decide_kernel` takes the first rejection from the flag, not from
+    the rows.
 
     Args:
         target_ptr: ``[R, V]`` fp32/fp16/bf16 target logits, row stride ``target_stride``.
@@ -519,12 +565,14 @@ def row_stats_kernel(
         num_draft_ids = _geometry(geometry_ptr, GEO_NUM_DRAFT_IDS)
         num_rates = _geometry(geometry_ptr, GEO_NUM_RATES)
     draft_start, num_drafts = _request_span(cu_ptr, request, max_num_drafts)
+    # The request's scalars and its rejection flag go out with its span, ahead of every branch.
+    temperature = tl.load(temperature_ptr + request)
+    seed = tl.load(seed_ptr + request)
+    step = tl.load(step_ptr + request)
+    if METHOD != SYNTHETIC:
+        stop_flag = tl.load(stop_flag_ptr + request, volatile=True)
     if position <= num_drafts:
-        temperature = tl.load(temperature_ptr + request)
-        sampled = temperature > 0.0
         inv_temperature = _inv_temperature(temperature)
-        seed = tl.load(seed_ptr + request)
-        step = tl.load(step_ptr + request)
         # Is the row still needed? Synthetic decisions read no logit, so each program makes them;
         # the others learn of a rejection from the program that decided it.
         if METHOD == SYNTHETIC:
@@ -539,91 +587,112 @@ def row_stats_kernel(
                 needed = tl.min(tl.where(earlier < position, accepted.to(tl.int32), 1), axis=0) > 0
                 chunk += POS_BLOCK
         else:
-            needed = position >= 0
-            if position > 0:
-                needed = tl.load(stop_flag_ptr + request, volatile=True) <= width - position
-        target_row = draft_start + request + position
-        target_inside = target_row < num_target_rows
-        target_row_ptr = target_ptr + tl.where(target_inside, target_row, 0) * target_stride
-        row = request.to(tl.int64) * width + position
-        out = row * num_splits + split
-        first = split * (TILES_PER_SPLIT * BLOCK_V)
-        # A skipped split leaves the records of a row with no finite logit.
-        row_max = tl.full([], NEG_INF, tl.float32)
-        row_sum = tl.full([], 0.0, tl.float32)
-        row_arg = first
-        cand_logit = tl.full([], NEG_INF, tl.float32)
-        cand_gumbel = tl.full([], NEG_INF, tl.float32)
-        cand_token = first
+            needed = stop_flag <= width - position
+        # A row after a rejection is not needed: its program leaves at once, writing nothing and
+        # not counting in, so the row is never finished, and nothing reads it.
         if needed:
-            # Sampled rows skip the argmax: only greedy rows compare drafts with it.
-            if METHOD == STRICT:
-                if sampled:
-                    row_max, row_sum, cand_logit, cand_gumbel, cand_token = _split_sample_stats(
-                        target_row_ptr, target_inside, split, vocab_size, inv_temperature, seed, step,
-                        position, TILES_PER_SPLIT * BLOCK_V,
-                    )  # fmt: skip
-                else:
-                    row_max, row_sum, row_arg = _split_stats(
-                        target_row_ptr, target_inside, split, vocab_size, inv_temperature, True,
-                        TILES_PER_SPLIT, BLOCK_V,
-                    )  # fmt: skip
-            elif sampled:
-                row_max, row_sum, row_arg = _split_stats(
-                    target_row_ptr, target_inside, split, vocab_size, inv_temperature, False,
-                    TILES_PER_SPLIT, BLOCK_V,
-                )  # fmt: skip
-            else:
-                row_max, row_sum, row_arg = _split_stats(
-                    target_row_ptr, target_inside, split, vocab_size, inv_temperature, True,
-                    TILES_PER_SPLIT, BLOCK_V,
-                )  # fmt: skip
-        # The draft's bounds go out ahead of the stores, with one load on the path to the draft row.
+            _split_program(
+                target_ptr, draft_ptr, draft_ids_ptr, draft_slot_ptr, rates_ptr, work_ptr, geometry_ptr,
+                counter_ptr, num_target_rows, request, split, position, draft_start, num_drafts, temperature,
+                inv_temperature, seed, step, target_stride, draft_stride, slot_stride, vocab_size, width,
+                num_splits, METHOD, HAS_DRAFT, SLOTTED, TILES_PER_SPLIT, BLOCK_V, SPLIT_BLOCK,
+            )  # fmt: skip
+
+
+@triton.jit
+def _split_program(
+    target_ptr, draft_ptr, draft_ids_ptr, draft_slot_ptr, rates_ptr, work_ptr, geometry_ptr, counter_ptr,
+    num_target_rows, request, split, position, draft_start, num_drafts, temperature, inv_temperature, seed,
+    step, target_stride, draft_stride, slot_stride, vocab_size, width, num_splits,
+    METHOD: tl.constexpr, HAS_DRAFT: tl.constexpr, SLOTTED: tl.constexpr, TILES_PER_SPLIT: tl.constexpr,
+    BLOCK_V: tl.constexpr, SPLIT_BLOCK: tl.constexpr,
+):  # fmt: skip
+    """A needed split of row_stats_kernel: its statistics and split records; the row's last split
+    finishes the row (`_finish_row`)."""
+    sampled = temperature > 0.0
+    target_row = draft_start + request + position
+    target_inside = target_row < num_target_rows
+    target_row_ptr = target_ptr + tl.where(target_inside, target_row, 0) * target_stride
+    row = request.to(tl.int64) * width + position
+    out = row * num_splits + split
+    first = split * (TILES_PER_SPLIT * BLOCK_V)
+    row_max = tl.full([], NEG_INF, tl.float32)
+    row_sum = tl.full([], 0.0, tl.float32)
+    row_arg = first
+    cand_logit = tl.full([], NEG_INF, tl.float32)
+    cand_gumbel = tl.full([], NEG_INF, tl.float32)
+    cand_token = first
+    draft_max = tl.full([], NEG_INF, tl.float32)
+    draft_sum = tl.full([], 0.0, tl.float32)
+    # The draft row of a sampled position is read with the target row, a tile of each loaded
+    # together (`_split_moments`); its id only says afterwards whether ``q`` is needed (a
+    # placeholder rejects outright), so the id's load is not on the path to the rows.
+    PAIRED: tl.constexpr = (METHOD == PROBABILISTIC or METHOD == BLOCK) and HAS_DRAFT  # noqa: SIM109
+    if PAIRED:
         num_draft_ids = _geometry(geometry_ptr, GEO_NUM_DRAFT_IDS)
         num_draft_rows = _geometry(geometry_ptr, GEO_NUM_DRAFT_ROWS)
         slot_capacity = _geometry(geometry_ptr, GEO_SLOT_CAPACITY)
-        if METHOD == STRICT:
-            tl.store(_split_record(work_ptr, SPLIT_CAND_LOGIT, tl.float32) + out, cand_logit)
-            tl.store(_split_record(work_ptr, SPLIT_CAND_GUMBEL, tl.float32) + out, cand_gumbel)
-            tl.store(_split_record(work_ptr, SPLIT_CAND_TOKEN, tl.int32) + out, cand_token)
-        tl.store(_split_record(work_ptr, SPLIT_TARGET_MAX, tl.float32) + out, row_max)
-        tl.store(_split_record(work_ptr, SPLIT_TARGET_SUM, tl.float32) + out, row_sum)
-        tl.store(_split_record(work_ptr, SPLIT_TARGET_ARG, tl.int32) + out, row_arg)
-        if (METHOD == PROBABILISTIC or METHOD == BLOCK) and HAS_DRAFT:  # noqa: SIM109 (constexprs)
-            is_draft = position < num_drafts
-            draft_id = tl.load(
-                draft_ids_ptr + draft_start + position,
-                mask=is_draft & (draft_start + position < num_draft_ids),
-                other=-1,
-            )
-            # q is only needed where a real draft meets a sampled row: a placeholder rejects
-            # outright and a greedy row compares with the argmax.
-            if sampled & is_draft & (draft_id >= 0) & (draft_id < vocab_size):
-                draft_max = tl.full([], NEG_INF, tl.float32)
-                draft_sum = tl.full([], 0.0, tl.float32)
-                if needed:
-                    draft_offset = _draft_row_offset(
-                        request, draft_start, position, draft_slot_ptr, num_draft_rows, slot_capacity,
-                        draft_stride, slot_stride, SLOTTED,
-                    )  # fmt: skip
-                    draft_row_ptr = draft_ptr + tl.maximum(draft_offset, 0)
-                    # The same code as the target's statistics, so p == q gives identical numbers.
-                    draft_max, draft_sum, _ = _split_stats(
-                        draft_row_ptr, draft_offset >= 0, split, vocab_size, inv_temperature, False,
-                        TILES_PER_SPLIT, BLOCK_V,
-                    )  # fmt: skip
-                tl.store(_split_record(work_ptr, SPLIT_DRAFT_MAX, tl.float32) + out, draft_max)
-                tl.store(_split_record(work_ptr, SPLIT_DRAFT_SUM, tl.float32) + out, draft_sum)
-        # Publish the records, then count this split in; the last split of the row finishes it.
-        tl.debug_barrier()
-        finished = tl.atomic_add(counter_ptr + row, 1, sem="acq_rel", scope="gpu")
-        if finished == num_splits - 1:
-            _finish_row(
-                target_row_ptr, target_inside, draft_ptr, draft_ids_ptr, draft_slot_ptr, rates_ptr,
-                work_ptr, geometry_ptr, request, position, row, draft_start, num_drafts, temperature,
-                inv_temperature, seed, step, draft_stride, slot_stride, vocab_size, width, num_splits,
-                METHOD, HAS_DRAFT, SLOTTED, SPLIT_BLOCK,
+        is_draft = position < num_drafts
+        draft_id = tl.load(
+            draft_ids_ptr + draft_start + position,
+            mask=is_draft & (draft_start + position < num_draft_ids),
+            other=-1,
+        )
+        draft_offset = _draft_row_offset(
+            request, draft_start, position, draft_slot_ptr, num_draft_rows, slot_capacity, draft_stride,
+            slot_stride, SLOTTED,
+        )  # fmt: skip
+        reads_q = sampled & is_draft
+    else:
+        reads_q = position < 0
+        draft_offset = tl.full([], -1, tl.int64)
+    if METHOD == STRICT:
+        if sampled:
+            row_max, row_sum, cand_logit, cand_gumbel, cand_token = _split_sample_stats(
+                target_row_ptr, target_inside, split, vocab_size, inv_temperature, seed, step, position,
+                TILES_PER_SPLIT * BLOCK_V,
             )  # fmt: skip
+        else:
+            row_max, row_sum, row_arg = _split_stats(
+                target_row_ptr, target_inside, split, vocab_size, inv_temperature, TILES_PER_SPLIT, BLOCK_V
+            )
+    elif reads_q:
+        row_max, row_sum, draft_max, draft_sum = _split_moments(
+            target_row_ptr, target_inside, draft_ptr + tl.maximum(draft_offset, 0), draft_offset >= 0, split,
+            vocab_size, inv_temperature, True, TILES_PER_SPLIT, BLOCK_V,
+        )  # fmt: skip
+    elif sampled:
+        # Only greedy rows compare drafts with the argmax; sampled rows skip it.
+        row_max, row_sum, _, _ = _split_moments(
+            target_row_ptr, target_inside, target_row_ptr, False, split, vocab_size, inv_temperature, False,
+            TILES_PER_SPLIT, BLOCK_V,
+        )  # fmt: skip
+    else:
+        row_max, row_sum, row_arg = _split_stats(
+            target_row_ptr, target_inside, split, vocab_size, inv_temperature, TILES_PER_SPLIT, BLOCK_V
+        )
+    if METHOD == STRICT:
+        tl.store(_split_record(work_ptr, SPLIT_CAND_LOGIT, tl.float32) + out, cand_logit)
+        tl.store(_split_record(work_ptr, SPLIT_CAND_GUMBEL, tl.float32) + out, cand_gumbel)
+        tl.store(_split_record(work_ptr, SPLIT_CAND_TOKEN, tl.int32) + out, cand_token)
+    tl.store(_split_record(work_ptr, SPLIT_TARGET_MAX, tl.float32) + out, row_max)
+    tl.store(_split_record(work_ptr, SPLIT_TARGET_SUM, tl.float32) + out, row_sum)
+    tl.store(_split_record(work_ptr, SPLIT_TARGET_ARG, tl.int32) + out, row_arg)
+    if PAIRED:  # noqa: SIM102 (a constexpr: the branch is compiled only where drafts are read)
+        # `_finish_row` reads q's records only where a real draft meets a sampled row.
+        if reads_q & (draft_id >= 0) & (draft_id < vocab_size):
+            tl.store(_split_record(work_ptr, SPLIT_DRAFT_MAX, tl.float32) + out, draft_max)
+            tl.store(_split_record(work_ptr, SPLIT_DRAFT_SUM, tl.float32) + out, draft_sum)
+    # Publish the records, then count this split in; the last split of the row finishes it.
+    tl.debug_barrier()
+    finished = tl.atomic_add(counter_ptr + row, 1, sem="acq_rel", scope="gpu")
+    if finished == num_splits - 1:
+        _finish_row(
+            target_row_ptr, target_inside, draft_ptr, draft_ids_ptr, draft_slot_ptr, rates_ptr, work_ptr,
+            geometry_ptr, request, position, row, draft_start, num_drafts, temperature, inv_temperature, seed,
+            step, draft_stride, slot_stride, vocab_size, width, num_splits, METHOD, HAS_DRAFT, SLOTTED,
+            SPLIT_BLOCK,
+        )  # fmt: skip
 
 
 @triton.jit
@@ -988,6 +1057,7 @@ def decide_kernel(
     cu_ptr,
     temperature_ptr,
     draft_slot_ptr,
+    work_ptr,
     geometry_ptr,
     row_float_ptr,
     row_int_ptr,
@@ -1014,6 +1084,8 @@ def decide_kernel(
         cu_ptr: ``[B + 1]`` int32 prefix sums of the draft counts.
         temperature_ptr: ``[B]`` fp32.
         draft_slot_ptr: ``[B]`` int32/int64 (unused unless ``SLOTTED``).
+        work_ptr: the call's int32 workspace: its ``WORK_STOP_FLAG`` record names each request's
+            first rejection.
         geometry_ptr: ``[GEOMETRY_FIELDS]`` int64 geometry record: the counts that bound reads.
         row_float_ptr, row_int_ptr: the per-row records of `_finish_row` in the workspace.
         info_int_ptr: ``[B, 5]`` int64 output: sample mode, final position, target and draft row
@@ -1023,8 +1095,8 @@ def decide_kernel(
         logprobs_ptr: ``[B, max_n + 1]`` fp32 output.
         num_emitted_ptr: ``[B]`` int32 output.
     """
-    # Grid (B,): one program per request; positions go in chunks of POS_BLOCK and the walk stops
-    # at the chunk holding the first rejection. Rows after it may have been skipped: none is read.
+    # Grid (B,): one program per request; positions go in chunks of POS_BLOCK up to the first
+    # rejection. Rows after it may never have been finished (row_stats_kernel skips them): none is read.
     _after_previous_launch(PDL)
     request = tl.program_id(0)
     # The geometry loads go out with the request's first loads, ahead of every store.
@@ -1032,6 +1104,7 @@ def decide_kernel(
     num_draft_ids = _geometry(geometry_ptr, GEO_NUM_DRAFT_IDS)
     num_draft_rows = _geometry(geometry_ptr, GEO_NUM_DRAFT_ROWS)
     slot_capacity = _geometry(geometry_ptr, GEO_SLOT_CAPACITY)
+    stop_flag = tl.load(_record(work_ptr, geometry_ptr, WORK_STOP_FLAG, tl.int32) + request)
     draft_start, num_drafts = _request_span(cu_ptr, request, max_num_drafts)
     temperature = tl.load(temperature_ptr + request)
     sampled = temperature > 0.0
@@ -1039,8 +1112,12 @@ def decide_kernel(
     out_row = request.to(tl.int64) * width
     lanes = tl.arange(0, POS_BLOCK)
 
-    # A sampled block request keeps m drafts, m the largest index block_keep_kernel kept.
-    kept = num_drafts
+    # The first rejection j, from the request's flag (max_n + 1 - j, 0 where every row before the
+    # bonus row was accepted): every row up to it was read and decided, so the flag holds the
+    # first one, however many later rows were skipped.
+    stop = tl.where(stop_flag > 0, tl.minimum(width - stop_flag, num_drafts), num_drafts)
+    # A sampled block request keeps m drafts, m the largest index block_keep_kernel kept (its rows
+    # are never skipped: only greedy rows reject in row_stats_kernel).
     # The compile-time tests stand apart so the branches are compiled only for block verification.
     if METHOD == BLOCK:  # noqa: SIM102
         if sampled:
@@ -1053,16 +1130,11 @@ def decide_kernel(
                 )
                 kept = tl.maximum(kept, tl.max(tl.where(flag != 0, index, 0), axis=0))
                 chunk += POS_BLOCK
-    stop = num_drafts
+            stop = kept
     chunk = 0
-    while (stop == num_drafts) & (chunk < num_drafts):
+    while chunk < stop:
         position = chunk + lanes
-        is_draft = position < num_drafts
-        accept = tl.load(row_int_ptr + (out_row + position) * ROW_INTS + ROW_ACCEPT, mask=is_draft, other=0)
-        if METHOD == BLOCK:
-            accept = tl.where(sampled, (position < kept).to(tl.int32), accept)
-        stop = tl.min(tl.where(is_draft & (accept == 0), position, num_drafts), axis=0)
-        keep = is_draft & (position < stop)
+        keep = position < stop
         draft_id = tl.load(
             draft_ids_ptr + draft_start + position,
             mask=keep & (draft_start + position < num_draft_ids),
