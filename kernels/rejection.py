@@ -84,10 +84,10 @@ ROWS_BLOCK_V = {"cpu": 1024, "cuda": 64}
 SPLIT_BLOCK_V = 4096
 MAX_SPLITS = 32
 STATS_BLOCK_V, STATS_WARPS = 2048, 4
-# The sampling pass reads a row a block (1024 tokens) at a time. Warps per program: 4 where the
-# batch fills the GPU with programs, 8 where a small batch's splits are cut into parts (H100,
-# canonical-v3, B=64 n=4 V=128256: 27.4 us at 4 warps, 29.8 at 8; B=1: 2.8 and 2.5 us).
-SAMPLE_BLOCK_V, SAMPLE_WARPS, SAMPLE_WARPS_CUT = 1024, 4, 8
+# The sampling pass reads a row a block (1024 tokens) at a time. Warps per program: 8 where the
+# pass has at most SAMPLE_FEW_PROGRAMS programs, else 4 (H100, canonical-v3, B=64 n=4 V=128256:
+# 27.4 us at 4 warps, 29.8 at 8; B=1: 2.8 and 2.5 us).
+SAMPLE_BLOCK_V, SAMPLE_WARPS, SAMPLE_WARPS_FEW, SAMPLE_FEW_PROGRAMS = 1024, 4, 8, 512
 # The sampling pass and the emit step read rows from recorded offsets, hinted as multiples of up to
 # this many elements (16 bytes of fp32 at 4, 32 at 16 of fp16).
 MAX_ROW_ALIGN = 16
@@ -95,10 +95,12 @@ STRICT_BLOCK_V, STRICT_WARPS = 1024, 4
 MAX_POS_BLOCK = 16
 # The methods the kernels have a branch for (their ``METHOD`` codes).
 KERNEL_METHODS = ("strict", "probabilistic", "synthetic", "block")
-# A small batch has too few splits to fill the GPU with sampling programs; the sampling pass then
-# cuts each split into parts of whole tiles, up to this many programs. Its result is the same: each
-# block's mass is its own, however the row is cut.
-SAMPLE_PROGRAMS = 512
+# The sampling pass cuts each split into parts of whole tiles, up to this many programs: a small
+# batch has too few splits to fill the GPU, and a larger one ends in an uneven last wave of long
+# programs (H200, B=64 n=4 V=128256, whole call: 89.2 us with 2048 programs of 4 tiles, 86.6 with
+# 8192 of one; B=256 the same). Its result is the same: each block's mass is its own, however the
+# row is cut.
+SAMPLE_PROGRAMS = 8192
 # Register caps of the statistics pass per method (probabilistic, strict, synthetic). Left alone,
 # ptxas gives it 80 / 124 / 80 registers for the rarely run row-finishing code; under these caps
 # it needs no spill (sm_90, `cuobjdump -res-usage`) and more programs fit on an SM.
@@ -326,6 +328,7 @@ def make_plan(batch: SpecBatch) -> Plan:
     while sample_tiles % (2 * parts) == 0 and num_requests * num_splits * 2 * parts <= SAMPLE_PROGRAMS:
         parts *= 2
     sample_splits = num_splits * parts
+    sample_warps = SAMPLE_WARPS_FEW if num_requests * sample_splits <= SAMPLE_FEW_PROGRAMS else SAMPLE_WARPS
     block = rules.verifies_jointly
     # The final row's block masses (`reference.schemes`, canonical-v3), one per block of NOISE_GROUP tokens.
     num_blocks = _cdiv(vocab_size, jit.NOISE_GROUP.value)
@@ -384,7 +387,7 @@ def make_plan(batch: SpecBatch) -> Plan:
                     vocab_size=vocab_size, num_blocks=num_blocks, TILES_PER_SPLIT=sample_tiles // parts,
                     BLOCK_V=sample_block, ROW_ALIGN=row_align, PDL=pdl,
                 ),
-                options=dict(num_warps=SAMPLE_WARPS_CUT if parts > 1 else SAMPLE_WARPS, **dependent),
+                options=dict(num_warps=sample_warps, **dependent),
                 buffers=CALL_BUFFERS,
             ),
             launch.Launch.of(

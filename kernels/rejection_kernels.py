@@ -172,7 +172,9 @@ def _inv_temperature(temperature):
 def _after_previous_launch(PDL: tl.constexpr):
     """Where a call's launches after the first are programmatically dependent (``PDL``, sm_90 and
     later): wait until the previous launch has finished and its writes are visible, then let the
-    next launch place its programs, which wait here in turn. Called first, before any read or write."""
+    next launch place its programs, which wait here in turn. Called before any write and any read
+    of what a launch writes; the batch's own tensors, which no launch writes, may be read first,
+    while the previous launch finishes."""
     if PDL:
         gdc_wait()
         gdc_launch_dependents()
@@ -985,7 +987,6 @@ def block_keep_kernel(
     """
     # Grid (B * num_splits, max_n): program (request * num_splits + split, i - 1) handles split
     # `split` of row i; greedy requests (decided by their argmax chain) exit at once.
-    _after_previous_launch(PDL)
     program = tl.program_id(0)
     request = program // num_splits
     split = program % num_splits
@@ -993,6 +994,7 @@ def block_keep_kernel(
     width = max_num_drafts + 1
     draft_start, num_drafts = _request_span(cu_ptr, request, max_num_drafts)
     temperature = tl.load(temperature_ptr + request)
+    _after_previous_launch(PDL)
     if (position <= num_drafts) & (temperature > 0.0):
         row_float_ptr = _record(work_ptr, geometry_ptr, WORK_ROW_FLOAT, tl.float32)
         row_int_ptr = _record(work_ptr, geometry_ptr, WORK_ROW_INT, tl.int32)
@@ -1097,16 +1099,17 @@ def decide_kernel(
     """
     # Grid (B,): one program per request; positions go in chunks of POS_BLOCK up to the first
     # rejection. Rows after it may never have been finished (row_stats_kernel skips them): none is read.
-    _after_previous_launch(PDL)
     request = tl.program_id(0)
-    # The geometry loads go out with the request's first loads, ahead of every store.
+    # The geometry and the batch's loads go out while the previous launch finishes.
     num_target_rows = _geometry(geometry_ptr, GEO_NUM_TARGET_ROWS)
     num_draft_ids = _geometry(geometry_ptr, GEO_NUM_DRAFT_IDS)
     num_draft_rows = _geometry(geometry_ptr, GEO_NUM_DRAFT_ROWS)
     slot_capacity = _geometry(geometry_ptr, GEO_SLOT_CAPACITY)
-    stop_flag = tl.load(_record(work_ptr, geometry_ptr, WORK_STOP_FLAG, tl.int32) + request)
+    stop_flag_ptr = _record(work_ptr, geometry_ptr, WORK_STOP_FLAG, tl.int32)
     draft_start, num_drafts = _request_span(cu_ptr, request, max_num_drafts)
     temperature = tl.load(temperature_ptr + request)
+    _after_previous_launch(PDL)
+    stop_flag = tl.load(stop_flag_ptr + request)
     sampled = temperature > 0.0
     width = max_num_drafts + 1
     out_row = request.to(tl.int64) * width
@@ -1512,9 +1515,10 @@ def sample_kernel(
     """
     # Grid (B, num_splits): one program per request and vocabulary split; requests whose token is
     # already known exit at once.
-    _after_previous_launch(PDL)
     request = tl.program_id(0)
     split = tl.program_id(1)
+    temperature = tl.load(temperature_ptr + request)
+    _after_previous_launch(PDL)
     info_int = info_int_ptr + request.to(tl.int64) * INFO_INTS
     mode = tl.load(info_int + INFO_MODE)
     if mode != SAMPLE_NONE:
@@ -1522,7 +1526,7 @@ def sample_kernel(
             info_int, info_float_ptr + request.to(tl.int64) * INFO_FLOATS, mode
         )
         target_max, _, residual_log_sum, draft_max, draft_log_sum = laws
-        inv_temperature = _inv_temperature(tl.load(temperature_ptr + request))
+        inv_temperature = _inv_temperature(temperature)
         target_row_ptr = target_ptr + _row_offset(target_offset, ROW_ALIGN)
         draft_row_ptr = draft_ptr + _row_offset(draft_offset, ROW_ALIGN)
         lanes = tl.arange(0, NOISE_GROUP)
@@ -1598,8 +1602,11 @@ def emit_kernel(
         logprobs_ptr: ``[B, max_n + 1]`` fp32 output.
     """
     # Grid (B,): one program per request.
-    _after_previous_launch(PDL)
     request = tl.program_id(0)
+    temperature = tl.load(temperature_ptr + request)
+    seed = tl.load(seed_ptr + request)
+    step = tl.load(step_ptr + request)
+    _after_previous_launch(PDL)
     info_int = info_int_ptr + request.to(tl.int64) * INFO_INTS
     mode = tl.load(info_int + INFO_MODE)
     if mode != SAMPLE_NONE:
@@ -1613,7 +1620,6 @@ def emit_kernel(
             target_row_ptr, draft_ptr + _row_offset(draft_offset, ROW_ALIGN),
             target_offset >= 0, residual & (draft_offset >= 0), block_scale_ptr, block_sum_ptr, request,
             num_blocks, vocab_size, mode, draft_token, target_max, target_log_sum, residual_log_sum,
-            draft_max, draft_log_sum, _inv_temperature(tl.load(temperature_ptr + request)),
-            tl.load(seed_ptr + request), tl.load(step_ptr + request), position,
+            draft_max, draft_log_sum, _inv_temperature(temperature), seed, step, position,
             request.to(tl.int64) * (max_num_drafts + 1) + position, token_ids_ptr, logprobs_ptr, NUM_BLOCKS,
         )  # fmt: skip
