@@ -95,12 +95,19 @@ STRICT_BLOCK_V, STRICT_WARPS = 1024, 4
 MAX_POS_BLOCK = 16
 # The methods the kernels have a branch for (their ``METHOD`` codes).
 KERNEL_METHODS = ("strict", "probabilistic", "synthetic", "block")
-# The sampling pass cuts each split into parts of whole tiles, up to this many programs: a small
-# batch has too few splits to fill the GPU, and a larger one ends in an uneven last wave of long
-# programs (H200, B=64 n=4 V=128256, whole call: 89.2 us with 2048 programs of 4 tiles, 86.6 with
-# 8192 of one; B=256 the same). Its result is the same: each block's mass is its own, however the
-# row is cut.
-SAMPLE_PROGRAMS = 8192
+# A small batch has too few splits to fill the GPU with sampling programs; the sampling pass then
+# cuts each split into parts of whole tiles, up to this many programs. Its result is the same: each
+# block's mass is its own, however the row is cut. (Cutting every batch's splits into one-tile parts,
+# up to 8192 programs, evened the last wave at B=64, 86.6 against 89.2 us on an H200, but a greedy
+# batch then paid 58.3 against 50.8 us for programs that have nothing to sample; capping the
+# registers below fits B=64's 2048 programs in one wave instead: 87.2 and 49.8 us.)
+SAMPLE_PROGRAMS = 512
+# The sampling pass's register cap on a GPU: 32 lets 16 programs of 4 warps share an SM (ptxas gives
+# it 40 otherwise, 12 programs), so the 2048 of B=64 n=4 V=128256 run in one wave of 132 SMs.
+SAMPLE_MAX_REGISTERS = 32
+# Warps of the one-program-per-request launches (H200, B=64 n=4 V=128256, whole call: emit with 4
+# warps 88.0 us, 8 89.7, 16 90.9; decide with 1, 2 or 4 the same).
+DECIDE_WARPS, EMIT_WARPS = 4, 4
 # Register caps of the statistics pass per method (probabilistic, strict, synthetic). Left alone,
 # ptxas gives it 80 / 124 / 80 registers for the rarely run row-finishing code; under these caps
 # it needs no spill (sm_90, `cuobjdump -res-usage`) and more programs fit on an SM.
@@ -329,6 +336,7 @@ def make_plan(batch: SpecBatch) -> Plan:
         parts *= 2
     sample_splits = num_splits * parts
     sample_warps = SAMPLE_WARPS_FEW if num_requests * sample_splits <= SAMPLE_FEW_PROGRAMS else SAMPLE_WARPS
+    sample_registers = dict(maxnreg=SAMPLE_MAX_REGISTERS) if batch.device.type == "cuda" else {}
     block = rules.verifies_jointly
     # The final row's block masses (`reference.schemes`, canonical-v3), one per block of NOISE_GROUP tokens.
     num_blocks = _cdiv(vocab_size, jit.NOISE_GROUP.value)
@@ -376,7 +384,7 @@ def make_plan(batch: SpecBatch) -> Plan:
         launch.Launch.of(
             jit.decide_kernel, (num_requests, 1, 1),
             values=dict(**strides, max_num_drafts=max_num_drafts, POS_BLOCK=pos_block, PDL=pdl, **shared),
-            options=dict(num_warps=4, **dependent), buffers=CALL_BUFFERS,
+            options=dict(num_warps=DECIDE_WARPS, **dependent), buffers=CALL_BUFFERS,
         ),
     ]  # fmt: skip
     if not strict:
@@ -387,7 +395,7 @@ def make_plan(batch: SpecBatch) -> Plan:
                     vocab_size=vocab_size, num_blocks=num_blocks, TILES_PER_SPLIT=sample_tiles // parts,
                     BLOCK_V=sample_block, ROW_ALIGN=row_align, PDL=pdl,
                 ),
-                options=dict(num_warps=sample_warps, **dependent),
+                options=dict(num_warps=sample_warps, **sample_registers, **dependent),
                 buffers=CALL_BUFFERS,
             ),
             launch.Launch.of(
@@ -396,7 +404,7 @@ def make_plan(batch: SpecBatch) -> Plan:
                     vocab_size=vocab_size, max_num_drafts=max_num_drafts, num_blocks=num_blocks,
                     NUM_BLOCKS=_next_power_of_2(num_blocks), ROW_ALIGN=row_align, PDL=pdl,
                 ),
-                options=dict(num_warps=4, **dependent), buffers=CALL_BUFFERS,
+                options=dict(num_warps=EMIT_WARPS, **dependent), buffers=CALL_BUFFERS,
             ),
         ]  # fmt: skip
     offsets = {record.field: record.offset for record in records if record.field is not None}

@@ -203,6 +203,71 @@ def test_workspace_records_are_aligned_and_apart(method: str) -> None:
     assert [record.offset for record in plan.records[:2]] == [row_float, row_int]
 
 
+POISON = 0x7F7F7F7F
+
+
+@pytest.mark.skipif(
+    DEVICE != "cpu", reason="which rows a GPU skips depends on its scheduling; the interpreter's is fixed"
+)
+@pytest.mark.parametrize("method", ["probabilistic", "synthetic"])
+def test_rows_after_the_first_rejection_are_never_written(
+    monkeypatch: pytest.MonkeyPatch, method: str
+) -> None:
+    """A program whose row lies after a rejection already decided writes nothing and does not count in,
+    so that row is never finished; nothing reads what such a row leaves in the workspace, so the
+    outputs equal those of a workspace whose unwritten words hold other values. (The interpreter runs
+    a request's splits in turn, each at every position, so the last split of every row after the
+    first rejection starts after that rejection is decided and is skipped.)"""
+    rng = np.random.default_rng(11)
+    vocab, n = 2 * rejection.SPLIT_BLOCK_V + 5, 4
+    requests = []
+    for seed in range(3):
+        target = rng.normal(size=(n + 1, vocab))
+        if seed < 2:
+            # Drafts the target finds unlikely and the draft model sure of: rejected at position 0.
+            ids = np.argsort(target[:n], axis=1)[:, 0]
+            draft = np.zeros((n, vocab))
+            draft[np.arange(n), ids] = 30.0
+        else:
+            # q = p and the draft the target's argmax: every draft accepted, nothing skipped.
+            ids, draft = target[:n].argmax(axis=1), target[:n].copy()
+        requests.append(RequestData(target, ids, draft, 1.0, seed))
+    batch = make_batch(requests, method=method, synthetic_rates=[0.001] * n, device=DEVICE)
+    plan = rejection.make_plan(batch)
+    workspaces: list[torch.Tensor] = []
+
+    def poisoned(plan: rejection.Plan, device: torch.device) -> torch.Tensor:
+        work = torch.full((plan.work_words,), POISON, dtype=torch.int32, device=device)
+        work[plan.zeroed].zero_()
+        workspaces.append(work)
+        return work
+
+    clean = rejection.rejection_sample(batch, plan="split")
+    monkeypatch.setattr(rejection, "_workspace", poisoned)
+    out = rejection.rejection_sample(batch, plan="split")
+    _assert_same(out, clean)
+    emitted = out.num_emitted.tolist()
+    if method == "probabilistic":
+        assert emitted == [1, 1, n + 1]
+    assert min(emitted) < n + 1
+    num_splits = rejection.vocab_layout(vocab).num_splits
+    counter, row_float = (
+        plan.geometry[field.value].item() for field in (jit.WORK_COUNTER, jit.WORK_ROW_FLOAT)
+    )
+    (work,) = workspaces
+    for request, count in enumerate(emitted):
+        for position in range(n + 1):
+            row = request * (n + 1) + position
+            finished = work[counter + row].item()
+            row_target_max = work[row_float + row * jit.ROW_FLOATS.value + jit.ROW_TARGET_MAX.value].item()
+            if position < count:
+                assert finished == num_splits and row_target_max != POISON
+                assert (work[row * num_splits : (row + 1) * num_splits] != POISON).all()
+            else:
+                assert finished < num_splits and row_target_max == POISON, (request, position)
+                assert work[(row + 1) * num_splits - 1].item() == POISON, (request, position)
+
+
 @pytest.mark.skipif(DEVICE != "cpu", reason="the interpreter patch applies under TRITON_INTERPRET=1 only")
 @pytest.mark.parametrize("method", rejection.KERNEL_METHODS)
 def test_interpreter_patched_once_per_launch_gives_identical_outputs(method: str) -> None:
