@@ -574,7 +574,6 @@ def row_stats_kernel(
     if METHOD != SYNTHETIC:
         stop_flag = tl.load(stop_flag_ptr + request, volatile=True)
     if position <= num_drafts:
-        inv_temperature = _inv_temperature(temperature)
         # Is the row still needed? Synthetic decisions read no logit, so each program makes them;
         # the others learn of a rejection from the program that decided it.
         if METHOD == SYNTHETIC:
@@ -596,22 +595,23 @@ def row_stats_kernel(
             _split_program(
                 target_ptr, draft_ptr, draft_ids_ptr, draft_slot_ptr, rates_ptr, work_ptr, geometry_ptr,
                 counter_ptr, num_target_rows, request, split, position, draft_start, num_drafts, temperature,
-                inv_temperature, seed, step, target_stride, draft_stride, slot_stride, vocab_size, width,
-                num_splits, METHOD, HAS_DRAFT, SLOTTED, TILES_PER_SPLIT, BLOCK_V, SPLIT_BLOCK,
+                seed, step, target_stride, draft_stride, slot_stride, vocab_size, width, num_splits, METHOD,
+                HAS_DRAFT, SLOTTED, TILES_PER_SPLIT, BLOCK_V, SPLIT_BLOCK,
             )  # fmt: skip
 
 
 @triton.jit
 def _split_program(
     target_ptr, draft_ptr, draft_ids_ptr, draft_slot_ptr, rates_ptr, work_ptr, geometry_ptr, counter_ptr,
-    num_target_rows, request, split, position, draft_start, num_drafts, temperature, inv_temperature, seed,
-    step, target_stride, draft_stride, slot_stride, vocab_size, width, num_splits,
+    num_target_rows, request, split, position, draft_start, num_drafts, temperature, seed, step,
+    target_stride, draft_stride, slot_stride, vocab_size, width, num_splits,
     METHOD: tl.constexpr, HAS_DRAFT: tl.constexpr, SLOTTED: tl.constexpr, TILES_PER_SPLIT: tl.constexpr,
     BLOCK_V: tl.constexpr, SPLIT_BLOCK: tl.constexpr,
 ):  # fmt: skip
     """A needed split of row_stats_kernel: its statistics and split records; the row's last split
     finishes the row (`_finish_row`)."""
     sampled = temperature > 0.0
+    inv_temperature = _inv_temperature(temperature)
     target_row = draft_start + request + position
     target_inside = target_row < num_target_rows
     target_row_ptr = target_ptr + tl.where(target_inside, target_row, 0) * target_stride
