@@ -3,9 +3,10 @@
 One call runs `rejection_kernels.row_stats_kernel` (every target row, and the draft rows that the
 probabilistic test needs, read once, except rows after a rejection already decided; each row's
 last program decides it), for block verification `block_keep_kernel` (its residual masses and
-joint keep decisions), `decide_kernel` (the walk to the first rejection and the accepted
-prefix), and for every method but strict `sample_kernel` and `emit_kernel` (the block masses of
-the one final row of each request, then the block its uniform picks and a Gumbel-max within it).
+joint keep decisions), `sample_kernel` (each request's final row from the first rejection, the
+outputs that need no sampling, and the block masses of the one final row of each sampled
+request), and for every method but strict `emit_kernel` (the block its uniform picks and a
+Gumbel-max within it).
 No call reads anything back to the host, except ``cu_num_drafts`` once when
 ``batch.max_num_drafts`` is not given.
 
@@ -105,9 +106,9 @@ SAMPLE_PROGRAMS = 512
 # The sampling pass's register cap on a GPU: 32 lets 16 programs of 4 warps share an SM (ptxas gives
 # it 40 otherwise, 12 programs), so the 2048 of B=64 n=4 V=128256 run in one wave of 132 SMs.
 SAMPLE_MAX_REGISTERS = 32
-# Warps of the one-program-per-request launches (H200, B=64 n=4 V=128256, whole call: emit with 4
-# warps 88.0 us, 8 89.7, 16 90.9; decide with 1, 2 or 4 the same).
-DECIDE_WARPS, EMIT_WARPS = 4, 4
+# Warps of the emit step, one program per request (H200, B=64 n=4 V=128256, whole call: 88.0 us
+# with 4 warps, 89.7 with 8, 90.9 with 16).
+EMIT_WARPS = 4
 # Register caps of the statistics pass per method (probabilistic, strict, synthetic). Left alone,
 # ptxas gives it 80 / 124 / 80 registers for the rarely run row-finishing code; under these caps
 # it needs no spill (sm_90, `cuobjdump -res-usage`) and more programs fit on an SM.
@@ -252,10 +253,10 @@ def _workspace_layout(
         (None, jit.WORK_STOP_FLAG, torch.int32, num_requests),
         ("row_float_ptr", jit.WORK_ROW_FLOAT, torch.float32, num_rows * jit.ROW_FLOATS.value),
         ("row_int_ptr", jit.WORK_ROW_INT, torch.int32, num_rows * jit.ROW_INTS.value),
-        ("info_float_ptr", None, torch.float32, num_requests * jit.INFO_FLOATS.value),
-        ("info_int_ptr", None, torch.int64, num_requests * jit.INFO_INTS.value),
-        ("block_scale_ptr", None, torch.float32, sample_records),
-        ("block_sum_ptr", None, torch.float32, sample_records),
+        ("info_float_ptr", jit.WORK_INFO_FLOAT, torch.float32, num_requests * jit.INFO_FLOATS.value),
+        ("info_int_ptr", jit.WORK_INFO_INT, torch.int64, num_requests * jit.INFO_INTS.value),
+        ("block_scale_ptr", jit.WORK_BLOCK_SCALE, torch.float32, sample_records),
+        ("block_sum_ptr", jit.WORK_BLOCK_SUM, torch.float32, sample_records),
         ("mass_ptr", None, torch.float32, num_rows * num_splits if block else 0),
     )
     records = []
@@ -380,24 +381,21 @@ def make_plan(batch: SpecBatch) -> Plan:
                 options=dict(num_warps=STATS_WARPS, **dependent), buffers=CALL_BUFFERS,
             )
         )  # fmt: skip
-    launches += [
+    # The sampling pass decides each request's final row; strict rows need no sampling, so one
+    # program per request writes their outputs and nothing follows.
+    launches.append(
         launch.Launch.of(
-            jit.decide_kernel, (num_requests, 1, 1),
-            values=dict(**strides, max_num_drafts=max_num_drafts, POS_BLOCK=pos_block, PDL=pdl, **shared),
-            options=dict(num_warps=DECIDE_WARPS, **dependent), buffers=CALL_BUFFERS,
-        ),
-    ]  # fmt: skip
-    if not strict:
-        launches += [
-            launch.Launch.of(
-                jit.sample_kernel, (num_requests, sample_splits, 1),
-                values=dict(
-                    vocab_size=vocab_size, num_blocks=num_blocks, TILES_PER_SPLIT=sample_tiles // parts,
-                    BLOCK_V=sample_block, ROW_ALIGN=row_align, PDL=pdl,
-                ),
-                options=dict(num_warps=sample_warps, **sample_registers, **dependent),
-                buffers=CALL_BUFFERS,
+            jit.sample_kernel, (num_requests, 1 if strict else sample_splits, 1),
+            values=dict(
+                **strides, max_num_drafts=max_num_drafts, POS_BLOCK=pos_block,
+                TILES_PER_SPLIT=sample_tiles // parts, BLOCK_V=sample_block, ROW_ALIGN=row_align, PDL=pdl,
+                **shared,
             ),
+            options=dict(num_warps=sample_warps, **sample_registers, **dependent), buffers=CALL_BUFFERS,
+        )
+    )  # fmt: skip
+    if not strict:
+        launches.append(
             launch.Launch.of(
                 jit.emit_kernel, (num_requests, 1, 1),
                 values=dict(
@@ -405,8 +403,8 @@ def make_plan(batch: SpecBatch) -> Plan:
                     NUM_BLOCKS=_next_power_of_2(num_blocks), ROW_ALIGN=row_align, PDL=pdl,
                 ),
                 options=dict(num_warps=EMIT_WARPS, **dependent), buffers=CALL_BUFFERS,
-            ),
-        ]  # fmt: skip
+            )
+        )  # fmt: skip
     offsets = {record.field: record.offset for record in records if record.field is not None}
     return Plan(
         num_requests=num_requests,

@@ -1,7 +1,7 @@
 """Triton kernels of the rejection sampler: row statistics and decisions, the walk, final-row sampling.
 
 Only ``@triton.jit`` code lives here; `kernels.rejection` validates, allocates and launches. One call
-runs up to five launches:
+runs up to four launches:
 
 1. `row_stats_kernel`, grid ``(B * num_splits, max_n + 1)``: one program per request, vocabulary
    split and position. It reads its split of the target row (and of the draft row when the
@@ -20,21 +20,22 @@ runs up to five launches:
    ``w_i`` from the ratios, the residual mass ``S_i = sum max(w_i p_i - q_i, 0)`` of each row
    ``1 <= i < n`` that may be kept (a second read of it), the keep probabilities ``h_i`` and the
    decisions ``eta_i < h_i``.
-3. `decide_kernel`, grid ``(B,)``: takes the first rejection ``j`` from the request's flag (block
-   verification: ``m``, the largest kept index), or the bonus row, writes the accepted prefix,
-   the padding and ``num_emitted``, and either writes the emitted token (greedy and strict rows)
-   or leaves the final row's statistics for the next two kernels.
-4. `sample_kernel`, grid ``(B, num_splits)``: the block masses of one split of the final row only,
-   under the residual ``(p - q)+`` (block verification's ``(w_m p - q)+``) or the target ``p``:
-   one exponential per token, no noise, and no masks where the split lies inside the vocabulary
-   (the canonical scheme, ``canonical-v3``, `reference.schemes`, draws a row within one block of
-   1024 tokens that the inverse CDF of the block masses picks).
-5. `emit_kernel`, grid ``(B,)``: picks each final row's block with the row's 53-bit block uniform
-   (the target law's masses where the residual has none), draws the Gumbel-max within it (each
-   Philox call gives four uniforms, each word a run of 256 consecutive tokens of the block) and
-   writes the emitted token.
+3. `sample_kernel`, grid ``(B, num_splits)`` (``(B,)`` for strict): every program takes its
+   request's first rejection ``j`` from the flag (block verification: ``m``, the largest kept
+   index), or the bonus row, as the final row. The program of split 0 writes the accepted prefix,
+   the padding and ``num_emitted``, and either the emitted token (greedy and strict rows) or the
+   final row's record for the emit step. Where the final row is sampled, each program computes the
+   block masses of its split under the residual ``(p - q)+`` (block verification's
+   ``(w_m p - q)+``) or the target ``p``: one exponential per token, no noise, and no masks where
+   the split lies inside the vocabulary (the canonical scheme, ``canonical-v3``,
+   `reference.schemes`, draws a row within one block of 1024 tokens that the inverse CDF of the
+   block masses picks).
+4. `emit_kernel` (every method but strict), grid ``(B,)``: picks each final row's block with the
+   row's 53-bit block uniform (the target law's masses where the residual has none), draws the
+   Gumbel-max within it (each Philox call gives four uniforms, each word a run of 256 consecutive
+   tokens of the block) and writes the emitted token.
 
-On a GPU of compute capability 9.0 or later, launches 2 to 5 are programmatically dependent
+On a GPU of compute capability 9.0 or later, launches 2 to 4 are programmatically dependent
 (`kernels.rejection.programmatic_launch`): the driver places a launch's programs while the one
 before it finishes, and each program first waits for it (`_after_previous_launch`), which saves
 the launch gaps (H200, B=64 n=4 V=128256: 4 us of 103).
@@ -57,7 +58,7 @@ STRICT = tl.constexpr(1)
 SYNTHETIC = tl.constexpr(2)
 BLOCK = tl.constexpr(3)
 
-# What the final row of a request needs, written by decide_kernel for sample_kernel and emit_kernel.
+# What the final row of a request needs: sample_kernel finds it and records it for emit_kernel.
 SAMPLE_NONE = tl.constexpr(0)  # the token is already known (greedy argmax, strict sample)
 SAMPLE_TARGET = tl.constexpr(1)  # y ~ p: bonus row, placeholder draft, synthetic rejection
 SAMPLE_WITHOUT_DRAFT = tl.constexpr(2)  # one-hot draft rejected: y ~ p restricted to x != d
@@ -96,7 +97,7 @@ INFO_DRAFT_MAX = tl.constexpr(2)
 INFO_DRAFT_LOG_SUM = tl.constexpr(3)
 INFO_LOG_WEIGHT = tl.constexpr(4)  # log w of the final row's residual max(w p - q, 0): 0 but for block
 INFO_FLOATS = tl.constexpr(5)
-# Field indices of the per-row records `_finish_row` writes for decide_kernel.
+# Field indices of the per-row records `_finish_row` writes for sample_kernel.
 ROW_TARGET_MAX = tl.constexpr(0)
 ROW_TARGET_LOG_SUM = tl.constexpr(1)
 ROW_DRAFT_MAX = tl.constexpr(2)
@@ -107,10 +108,7 @@ ROW_LOG_RATIO = tl.constexpr(6)  # block: log p(d) - log q(d) (-inf where p(d) =
 ROW_LOG_WEIGHT = tl.constexpr(7)  # block: log w_i of the row (rows 1 to n, sampled requests)
 ROW_FLOATS = tl.constexpr(8)
 ROW_TOKEN = tl.constexpr(0)  # the argmax of a greedy row, the target sample of a strict one
-# 1 where the draft of the row is accepted; for a sampled block request, row i >= 1 holds whether
-# index i is kept (eta_i < h_i), and m is the largest kept index.
-ROW_ACCEPT = tl.constexpr(1)
-ROW_INTS = tl.constexpr(2)
+ROW_INTS = tl.constexpr(1)
 # The workspace of a call (int32 words) starts with the split records of row_stats_kernel,
 # ``[B * (max_n + 1) * num_splits]`` each, indexed like its programs: it finds them from its own
 # grid (`_split_record`), with no load on its path. Every record starts 16-byte aligned.
@@ -125,20 +123,27 @@ SPLIT_CAND_TOKEN = tl.constexpr(7)  # int32, strict
 SPLIT_RECORDS = tl.constexpr(8)
 # Field indices of the geometry record, ``[GEOMETRY_FIELDS]`` int64, one per plan: first the counts
 # that only bound reads (they change from call to call, so no kernel is specialised on them), then
-# the offsets of the records row_stats_kernel needs after the split records, in 4-byte words. Every
-# offset is a multiple of 4, so every record is 16-byte aligned like the workspace itself.
+# the offsets of the records after the split records that kernels find through it, in 4-byte words
+# (row_stats_kernel and sample_kernel have no parameter to spare). Every offset is a multiple of 4,
+# so every record is 16-byte aligned like the workspace itself.
 GEO_NUM_TARGET_ROWS = tl.constexpr(0)
 GEO_NUM_DRAFT_IDS = tl.constexpr(1)
 GEO_NUM_DRAFT_ROWS = tl.constexpr(2)  # D, or S for slotted drafts
 GEO_SLOT_CAPACITY = tl.constexpr(3)  # K of slotted drafts
 GEO_NUM_RATES = tl.constexpr(4)
 WORK_COUNTER = tl.constexpr(5)  # int32 [B * (max_n + 1)], zero at launch
-WORK_STOP_FLAG = tl.constexpr(6)  # int32 [B], zero at launch
+# int32 [B], zero at launch: max_n + 1 - j for a request's first rejection j (row_stats_kernel), but
+# for a sampled block-verification request m, its largest kept index (block_keep_kernel).
+WORK_STOP_FLAG = tl.constexpr(6)
 WORK_ROW_FLOAT = tl.constexpr(7)  # fp32 [B * (max_n + 1), ROW_FLOATS]
 WORK_ROW_INT = tl.constexpr(8)  # int32 [B * (max_n + 1), ROW_INTS]
 GEO_NUM_REQUESTS = tl.constexpr(9)  # B, read by the rows plan (`rows_kernels`) only
 GEO_MAX_NUM_DRAFTS = tl.constexpr(10)  # max_n, read by the rows plan only
-GEOMETRY_FIELDS = tl.constexpr(11)
+WORK_INFO_INT = tl.constexpr(11)  # int64 [B, INFO_INTS]
+WORK_INFO_FLOAT = tl.constexpr(12)  # fp32 [B, INFO_FLOATS]
+WORK_BLOCK_SCALE = tl.constexpr(13)  # fp32 [B * num_blocks]
+WORK_BLOCK_SUM = tl.constexpr(14)  # fp32 [B * num_blocks]
+GEOMETRY_FIELDS = tl.constexpr(15)
 
 
 @triton.jit
@@ -524,7 +529,7 @@ def row_stats_kernel(
     whose row lies after a rejection already decided leaves at once: it writes nothing and does
     not count in, so that row is never finished. A request never needs a row after its first
     rejection, and every row up to it is read and decided, so only the time depends on what was
-    skipped, never the output; `decide_kernel` takes the first rejection from the flag, not from
+    skipped, never the output; `sample_kernel` takes the first rejection from the flag, not from
     the rows.
 
     Args:
@@ -781,7 +786,7 @@ def _finish_row(
     """Combine the split records of one row, decide its draft, and write the row's record.
 
     Run by the last program to finish the row. Every decision is made here and only here, so
-    decide_kernel and the skipping programs can never disagree about it. A rejection is published
+    sample_kernel and the skipping programs can never disagree about it. A rejection is published
     in the workspace's ``WORK_STOP_FLAG`` record so later rows of the request can be skipped.
 
     Args:
@@ -894,7 +899,6 @@ def _finish_row(
     tl.store(row_float + ROW_TOKEN_LOG_PROB, token_log_p)
     row_int = row_int_ptr + row * ROW_INTS
     tl.store(row_int + ROW_TOKEN, token)
-    tl.store(row_int + ROW_ACCEPT, accept.to(tl.int32))
     if is_draft & ~accept:
         tl.atomic_max(stop_flag_ptr + request, width - position)
 
@@ -980,8 +984,9 @@ def block_keep_kernel(
 
     Args:
         The pointers are row_stats_kernel's, after it has run: this kernel reads the row records
-        (``WORK_ROW_FLOAT``: statistics, ``ROW_LOG_RATIO``), writes ``ROW_LOG_WEIGHT`` and the keep
-        flags in ``ROW_ACCEPT`` of rows ``1 .. n``, and counts splits on from the ``num_splits``
+        (``WORK_ROW_FLOAT``: statistics, ``ROW_LOG_RATIO``), writes ``ROW_LOG_WEIGHT`` of rows
+        ``1 .. n``, raises each sampled request's flag (``WORK_STOP_FLAG``) to its largest kept
+        index ``m`` (it stays 0 where none is kept), and counts splits on from the ``num_splits``
         that row_stats_kernel left in each row's ``WORK_COUNTER``.
         mass_ptr: ``[B * (max_n + 1) * num_splits]`` fp32 workspace: the split shares of ``S_i``.
     """
@@ -997,7 +1002,6 @@ def block_keep_kernel(
     _after_previous_launch(PDL)
     if (position <= num_drafts) & (temperature > 0.0):
         row_float_ptr = _record(work_ptr, geometry_ptr, WORK_ROW_FLOAT, tl.float32)
-        row_int_ptr = _record(work_ptr, geometry_ptr, WORK_ROW_INT, tl.int32)
         out_row = request.to(tl.int64) * width
         row = out_row + position
         log_weight = _block_log_weight(row_float_ptr, out_row, position)
@@ -1048,169 +1052,13 @@ def block_keep_kernel(
             total = mass + (1.0 - keep)
             keep = tl.where(total > 0.0, mass / total, 1.0)
         if decide:
-            tl.store(row_int_ptr + row * ROW_INTS + ROW_ACCEPT, (eta < keep).to(tl.int32))
             tl.store(row_float_ptr + row * ROW_FLOATS + ROW_LOG_WEIGHT, log_weight)
+            if eta < keep:
+                # m, the largest kept index, is the request's flag (row_stats_kernel left it 0).
+                tl.atomic_max(_record(work_ptr, geometry_ptr, WORK_STOP_FLAG, tl.int32) + request, position)
 
 
 # Counts that change from call to call are not specialised on.
-@triton.jit(do_not_specialize=["max_num_drafts"])
-def decide_kernel(
-    draft_ids_ptr,
-    cu_ptr,
-    temperature_ptr,
-    draft_slot_ptr,
-    work_ptr,
-    geometry_ptr,
-    row_float_ptr,
-    row_int_ptr,
-    info_int_ptr,
-    info_float_ptr,
-    token_ids_ptr,
-    logprobs_ptr,
-    num_emitted_ptr,
-    target_stride,
-    draft_stride,
-    slot_stride,
-    vocab_size,
-    max_num_drafts,
-    METHOD: tl.constexpr,
-    HAS_DRAFT: tl.constexpr,
-    SLOTTED: tl.constexpr,
-    POS_BLOCK: tl.constexpr,
-    PDL: tl.constexpr,
-):
-    """The first rejection, and every output except a sampled final token, from the row records.
-
-    Args:
-        draft_ids_ptr: ``[D]`` int64 draft token ids.
-        cu_ptr: ``[B + 1]`` int32 prefix sums of the draft counts.
-        temperature_ptr: ``[B]`` fp32.
-        draft_slot_ptr: ``[B]`` int32/int64 (unused unless ``SLOTTED``).
-        work_ptr: the call's int32 workspace: its ``WORK_STOP_FLAG`` record names each request's
-            first rejection.
-        geometry_ptr: ``[GEOMETRY_FIELDS]`` int64 geometry record: the counts that bound reads.
-        row_float_ptr, row_int_ptr: the per-row records of `_finish_row` in the workspace.
-        info_int_ptr: ``[B, 5]`` int64 output: sample mode, final position, target and draft row
-            offsets, draft token of the final row.
-        info_float_ptr: ``[B, 5]`` fp32 output: target max and log-sum, draft max and log-sum, log weight.
-        token_ids_ptr: ``[B, max_n + 1]`` int64 output.
-        logprobs_ptr: ``[B, max_n + 1]`` fp32 output.
-        num_emitted_ptr: ``[B]`` int32 output.
-    """
-    # Grid (B,): one program per request; positions go in chunks of POS_BLOCK up to the first
-    # rejection. Rows after it may never have been finished (row_stats_kernel skips them): none is read.
-    request = tl.program_id(0)
-    # The geometry and the batch's loads go out while the previous launch finishes.
-    num_target_rows = _geometry(geometry_ptr, GEO_NUM_TARGET_ROWS)
-    num_draft_ids = _geometry(geometry_ptr, GEO_NUM_DRAFT_IDS)
-    num_draft_rows = _geometry(geometry_ptr, GEO_NUM_DRAFT_ROWS)
-    slot_capacity = _geometry(geometry_ptr, GEO_SLOT_CAPACITY)
-    stop_flag_ptr = _record(work_ptr, geometry_ptr, WORK_STOP_FLAG, tl.int32)
-    draft_start, num_drafts = _request_span(cu_ptr, request, max_num_drafts)
-    temperature = tl.load(temperature_ptr + request)
-    _after_previous_launch(PDL)
-    stop_flag = tl.load(stop_flag_ptr + request)
-    sampled = temperature > 0.0
-    width = max_num_drafts + 1
-    out_row = request.to(tl.int64) * width
-    lanes = tl.arange(0, POS_BLOCK)
-
-    # The first rejection j, from the request's flag (max_n + 1 - j, 0 where every row before the
-    # bonus row was accepted): every row up to it was read and decided, so the flag holds the
-    # first one, however many later rows were skipped.
-    stop = tl.where(stop_flag > 0, tl.minimum(width - stop_flag, num_drafts), num_drafts)
-    # A sampled block request keeps m drafts, m the largest index block_keep_kernel kept (its rows
-    # are never skipped: only greedy rows reject in row_stats_kernel).
-    # The compile-time tests stand apart so the branches are compiled only for block verification.
-    if METHOD == BLOCK:  # noqa: SIM102
-        if sampled:
-            kept = tl.zeros_like(num_drafts)
-            chunk = 0
-            while chunk < num_drafts:
-                index = chunk + 1 + lanes
-                flag = tl.load(
-                    row_int_ptr + (out_row + index) * ROW_INTS + ROW_ACCEPT, mask=index <= num_drafts, other=0
-                )
-                kept = tl.maximum(kept, tl.max(tl.where(flag != 0, index, 0), axis=0))
-                chunk += POS_BLOCK
-            stop = kept
-    chunk = 0
-    while chunk < stop:
-        position = chunk + lanes
-        keep = position < stop
-        draft_id = tl.load(
-            draft_ids_ptr + draft_start + position,
-            mask=keep & (draft_start + position < num_draft_ids),
-            other=-1,
-        )
-        log_p = tl.load(row_float_ptr + (out_row + position) * ROW_FLOATS + ROW_DRAFT_LOG_PROB, mask=keep)
-        tl.store(token_ids_ptr + out_row + position, draft_id, mask=keep)
-        tl.store(logprobs_ptr + out_row + position, log_p, mask=keep)
-        chunk += POS_BLOCK
-
-    # Everything after the emitted token is padding.
-    pad = 0
-    while pad < width:
-        position = pad + lanes
-        after = (position > stop) & (position < width)
-        tl.store(token_ids_ptr + out_row + position, -1, mask=after)
-        tl.store(logprobs_ptr + out_row + position, float("nan"), mask=after)
-        pad += POS_BLOCK
-    tl.store(num_emitted_ptr + request, (stop + 1).to(tl.int32))
-
-    # The final row: the first rejection, or the bonus row when every draft was accepted.
-    is_draft = stop < num_drafts
-    draft_id = tl.load(
-        draft_ids_ptr + draft_start + stop,
-        mask=is_draft & (draft_start + stop < num_draft_ids),
-        other=-1,
-    )
-    real = is_draft & (draft_id >= 0) & (draft_id < vocab_size)
-    target_row = draft_start + request + stop
-    target_inside = target_row < num_target_rows
-    target_offset = tl.where(target_inside, target_row, 0) * target_stride
-    if METHOD == STRICT:
-        mode = tl.full([], SAMPLE_NONE, tl.int64)
-    else:
-        if METHOD == PROBABILISTIC or METHOD == BLOCK:  # noqa: SIM109 (constexprs)
-            rejected_mode = SAMPLE_RESIDUAL if HAS_DRAFT else SAMPLE_WITHOUT_DRAFT
-            mode = tl.where(real, rejected_mode, SAMPLE_TARGET).to(tl.int64)
-        else:
-            mode = tl.full([], SAMPLE_TARGET, tl.int64)
-        mode = tl.where(sampled, mode, SAMPLE_NONE)
-    row_float = row_float_ptr + (out_row + stop) * ROW_FLOATS
-    info_int = info_int_ptr + request.to(tl.int64) * INFO_INTS
-    tl.store(info_int + INFO_MODE, mode)
-    if mode == SAMPLE_NONE:
-        token = tl.load(row_int_ptr + (out_row + stop) * ROW_INTS + ROW_TOKEN)
-        tl.store(token_ids_ptr + out_row + stop, token.to(tl.int64))
-        tl.store(logprobs_ptr + out_row + stop, tl.load(row_float + ROW_TOKEN_LOG_PROB))
-    else:
-        info_float = info_float_ptr + request.to(tl.int64) * INFO_FLOATS
-        tl.store(info_int + INFO_POSITION, stop)
-        tl.store(info_int + INFO_TARGET_OFFSET, tl.where(target_inside, target_offset, -1))
-        # Only a rejected one-hot draft is excluded from the sample.
-        tl.store(info_int + INFO_DRAFT_TOKEN, tl.where(mode == SAMPLE_WITHOUT_DRAFT, draft_id, -1))
-        tl.store(info_float + INFO_TARGET_MAX, tl.load(row_float + ROW_TARGET_MAX))
-        tl.store(info_float + INFO_TARGET_LOG_SUM, tl.load(row_float + ROW_TARGET_LOG_SUM))
-        log_weight = tl.full([], 0.0, tl.float32)
-        if METHOD == BLOCK:  # noqa: SIM102
-            # w_m of the residual max(w_m p - q, 0) after a stop at m < n (w_0 = 1).
-            if (stop > 0) & is_draft:
-                log_weight = tl.load(row_float + ROW_LOG_WEIGHT)
-        tl.store(info_float + INFO_LOG_WEIGHT, log_weight)
-        # The compile-time test stands apart so the branch is compiled only where drafts exist.
-        if (METHOD == PROBABILISTIC or METHOD == BLOCK) and HAS_DRAFT:  # noqa: SIM102, SIM109
-            if mode == SAMPLE_RESIDUAL:
-                draft_offset = _draft_row_offset(
-                    request, draft_start, stop, draft_slot_ptr, num_draft_rows, slot_capacity,
-                    draft_stride, slot_stride, SLOTTED,
-                )  # fmt: skip
-                tl.store(info_int + INFO_DRAFT_OFFSET, draft_offset)
-                tl.store(info_float + INFO_DRAFT_MAX, tl.load(row_float + ROW_DRAFT_MAX))
-                tl.store(info_float + INFO_DRAFT_LOG_SUM, tl.load(row_float + ROW_DRAFT_LOG_SUM))
-
-
 @triton.jit
 def _tile_law(x, y, target_max, target_log_sum, draft_max, draft_log_sum, inv_temperature, tokens,
               vocab_size, draft_token, residual):  # fmt: skip
@@ -1357,7 +1205,7 @@ def _pick_block(scale, total, u, NUM_BLOCKS: tl.constexpr):
 
 @triton.jit
 def _row_offset(offset, ROW_ALIGN: tl.constexpr):
-    """A row offset that `decide_kernel` recorded (-1 for a row outside its tensor, which reads
+    """A row offset of a final row (-1 for a row outside its tensor, which reads
     nothing) as the row's first element, a multiple of ``ROW_ALIGN`` elements: the plan found every
     row stride a multiple of it, and saying so lets the compiler load the row in vectors."""
     # Rounding down to a multiple changes nothing and tells the compiler (a hint does not survive).
@@ -1366,7 +1214,7 @@ def _row_offset(offset, ROW_ALIGN: tl.constexpr):
 
 @triton.jit
 def _final_row(info_int, info_float, mode):
-    """What `decide_kernel` recorded of a request's final row: ``(target offset, draft offset, the
+    """What `sample_kernel` recorded of a request's final row: ``(target offset, draft offset, the
     excluded draft token, residual or not, (target max, target log-sum, the residual's log-sum,
     draft max, draft log-sum))``; the draft fields only in residual mode."""
     residual = mode == SAMPLE_RESIDUAL
@@ -1478,95 +1326,254 @@ def _emit_token(target_row_ptr, draft_row_ptr, target_inside, draft_inside, bloc
     tl.store(logprobs_ptr + out, _logit_log_prob(logit, target_max, target_log_sum, inv_temperature))
 
 
-@triton.jit(do_not_specialize=["num_blocks"])
+@triton.jit
+def _write_decided(draft_ids_ptr, row_float_ptr, row_int_ptr, token_ids_ptr, logprobs_ptr, num_emitted_ptr,
+                   request, out_row, draft_start, num_draft_ids, stop, width, known,
+                   POS_BLOCK: tl.constexpr):  # fmt: skip
+    """Every output of a request that needs no sampling: the accepted drafts before ``stop`` with
+    their logprobs, the padding after it, ``num_emitted``, and where the final token is ``known``
+    (greedy and strict rows) that token and its logprob from the row's record."""
+    lanes = tl.arange(0, POS_BLOCK)
+    chunk = 0
+    while chunk < stop:
+        position = chunk + lanes
+        keep = position < stop
+        draft_id = tl.load(
+            draft_ids_ptr + draft_start + position,
+            mask=keep & (draft_start + position < num_draft_ids),
+            other=-1,
+        )
+        log_p = tl.load(row_float_ptr + (out_row + position) * ROW_FLOATS + ROW_DRAFT_LOG_PROB, mask=keep)
+        tl.store(token_ids_ptr + out_row + position, draft_id, mask=keep)
+        tl.store(logprobs_ptr + out_row + position, log_p, mask=keep)
+        chunk += POS_BLOCK
+    pad = 0
+    while pad < width:
+        position = pad + lanes
+        after = (position > stop) & (position < width)
+        tl.store(token_ids_ptr + out_row + position, -1, mask=after)
+        tl.store(logprobs_ptr + out_row + position, float("nan"), mask=after)
+        pad += POS_BLOCK
+    tl.store(num_emitted_ptr + request, (stop + 1).to(tl.int32))
+    if known:
+        token = tl.load(row_int_ptr + (out_row + stop) * ROW_INTS + ROW_TOKEN)
+        log_p = tl.load(row_float_ptr + (out_row + stop) * ROW_FLOATS + ROW_TOKEN_LOG_PROB)
+        tl.store(token_ids_ptr + out_row + stop, token.to(tl.int64))
+        tl.store(logprobs_ptr + out_row + stop, log_p)
+
+
+@triton.jit(do_not_specialize=["max_num_drafts"])
 def sample_kernel(
     target_ptr,
     draft_ptr,
+    draft_ids_ptr,
+    cu_ptr,
     temperature_ptr,
-    info_int_ptr,
-    info_float_ptr,
-    block_scale_ptr,
-    block_sum_ptr,
+    draft_slot_ptr,
+    work_ptr,
+    geometry_ptr,
+    token_ids_ptr,
+    logprobs_ptr,
+    num_emitted_ptr,
+    target_stride,
+    draft_stride,
+    slot_stride,
     vocab_size,
-    num_blocks,
+    max_num_drafts,
+    METHOD: tl.constexpr,
+    HAS_DRAFT: tl.constexpr,
+    SLOTTED: tl.constexpr,
+    POS_BLOCK: tl.constexpr,
     TILES_PER_SPLIT: tl.constexpr,
     BLOCK_V: tl.constexpr,
     ROW_ALIGN: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    """The block masses of one split of a request's final row under the residual (or restricted) law.
+    """Each request's final row from the row records, its outputs that need no sampling, and the
+    block masses of one split of a sampled final row.
 
-    The split is read a block of ``NOISE_GROUP`` tokens at a time (`reference.schemes`,
-    ``canonical-v3``: a row is drawn within one block, picked by the inverse CDF of the block
-    masses); a block's mass costs one exponential per token besides the residual's own.
-    `emit_kernel` picks the block and draws the token. A split whose tokens all lie inside the
-    vocabulary, of a row with finite maxima, is read the fast way (`_fast_row`, `_fast_weights`:
-    no masks, one reduction a block, about 30 instructions a token against 70; H200, B=64 n=4
-    V=128256: 19 us against 25); the vocabulary's last split and odd rows the general way
-    (`_tile_law`, `_row_block_mass`).
+    Every program finds its request's final row: the first rejection ``j`` from the request's flag
+    (``max_n + 1 - j``; block verification: ``m``, the largest kept index), or the bonus row. The
+    program of split 0 writes the accepted prefix, the padding and ``num_emitted``, and either the
+    emitted token (greedy and strict rows) or the final row's record for `emit_kernel`. Where the
+    final row is sampled, each program computes the block masses of its split under the residual
+    ``(p - q)+`` (block verification's ``(w_m p - q)+``) or the target ``p``, a block of
+    ``NOISE_GROUP`` tokens at a time (`reference.schemes`, ``canonical-v3``: a row is drawn within
+    one block, picked by the inverse CDF of the block masses); a block's mass costs one
+    exponential per token besides the residual's own. `emit_kernel` picks the block and draws the
+    token. A split whose tokens all lie inside the vocabulary, of a row with finite maxima, is read
+    the fast way (`_fast_row`, `_fast_weights`: no masks, one reduction a block, about 30
+    instructions a token against 70; H200, B=64 n=4 V=128256: 19 us against 25); the vocabulary's
+    last split and odd rows the general way (`_tile_law`, `_row_block_mass`).
 
     Args:
         target_ptr: ``[R, V]`` fp32/fp16/bf16 target logits.
         draft_ptr: ``[D, V]`` or ``[S, K, V]`` draft logits (read only in residual mode).
+        draft_ids_ptr: ``[D]`` int64 draft token ids.
+        cu_ptr: ``[B + 1]`` int32 prefix sums of the draft counts.
         temperature_ptr: ``[B]`` fp32.
-        info_int_ptr: ``[B, 5]`` int64 and info_float_ptr: ``[B, 5]`` fp32 records of `decide_kernel`.
-        block_scale_ptr, block_sum_ptr: ``[B * num_blocks]`` fp32 outputs, the mass of each block
-            as ``exp(scale) * sum`` (`_block_mass`; ``-inf`` and 0 for a block without mass).
+        draft_slot_ptr: ``[B]`` int32/int64 (unused unless ``SLOTTED``).
+        work_ptr: the call's int32 workspace: the request's flag (``WORK_STOP_FLAG``) and the row
+            records of `_finish_row` are read; written are the final row's records
+            (``WORK_INFO_INT``, ``[B, 5]`` int64: sample mode, final position, target and draft row
+            offsets, the excluded draft token; ``WORK_INFO_FLOAT``, ``[B, 5]`` fp32: target max and
+            log-sum, draft max and log-sum, log weight) and the block masses (``WORK_BLOCK_SCALE``
+            and ``WORK_BLOCK_SUM``, ``[B * num_blocks]`` fp32, the mass of each block as
+            ``exp(scale) * sum``, `_block_mass`; ``-inf`` and 0 for a block without mass).
+        geometry_ptr: ``[GEOMETRY_FIELDS]`` int64 geometry record: the counts that bound reads and
+            the records' offsets.
+        token_ids_ptr: ``[B, max_n + 1]`` int64 output.
+        logprobs_ptr: ``[B, max_n + 1]`` fp32 output.
+        num_emitted_ptr: ``[B]`` int32 output.
     """
-    # Grid (B, num_splits): one program per request and vocabulary split; requests whose token is
-    # already known exit at once.
+    # Grid (B, num_splits): one program per request and vocabulary split. Rows after the first
+    # rejection may never have been finished (row_stats_kernel skips them): none is read.
     request = tl.program_id(0)
     split = tl.program_id(1)
+    # The geometry and the batch's loads go out while the previous launch finishes.
+    num_target_rows = _geometry(geometry_ptr, GEO_NUM_TARGET_ROWS)
+    num_draft_ids = _geometry(geometry_ptr, GEO_NUM_DRAFT_IDS)
+    num_draft_rows = _geometry(geometry_ptr, GEO_NUM_DRAFT_ROWS)
+    slot_capacity = _geometry(geometry_ptr, GEO_SLOT_CAPACITY)
+    stop_flag_ptr = _record(work_ptr, geometry_ptr, WORK_STOP_FLAG, tl.int32)
+    row_float_ptr = _record(work_ptr, geometry_ptr, WORK_ROW_FLOAT, tl.float32)
+    row_int_ptr = _record(work_ptr, geometry_ptr, WORK_ROW_INT, tl.int32)
+    info_int = _record(work_ptr, geometry_ptr, WORK_INFO_INT, tl.int64) + request * INFO_INTS
+    info_float = _record(work_ptr, geometry_ptr, WORK_INFO_FLOAT, tl.float32) + request * INFO_FLOATS
+    draft_start, num_drafts = _request_span(cu_ptr, request, max_num_drafts)
     temperature = tl.load(temperature_ptr + request)
     _after_previous_launch(PDL)
-    info_int = info_int_ptr + request.to(tl.int64) * INFO_INTS
-    mode = tl.load(info_int + INFO_MODE)
+    stop_flag = tl.load(stop_flag_ptr + request)
+    sampled = temperature > 0.0
+    width = max_num_drafts + 1
+    out_row = request.to(tl.int64) * width
+
+    # The first rejection j, from the request's flag (max_n + 1 - j, 0 where every row before the
+    # bonus row was accepted): every row up to it was read and decided, so the flag holds the
+    # first one, however many later rows were skipped.
+    stop = tl.where(stop_flag > 0, tl.minimum(width - stop_flag, num_drafts), num_drafts)
+    if METHOD == BLOCK:
+        # A sampled request keeps m drafts, m the largest index block_keep_kernel kept (its rows
+        # are never skipped: only greedy rows reject in row_stats_kernel).
+        stop = tl.where(sampled, tl.minimum(stop_flag, num_drafts), stop)
+    # The final row: the first rejection, or the bonus row when every draft was accepted.
+    is_draft = stop < num_drafts
+    draft_id = tl.load(
+        draft_ids_ptr + draft_start + stop,
+        mask=is_draft & (draft_start + stop < num_draft_ids),
+        other=-1,
+    )
+    real = is_draft & (draft_id >= 0) & (draft_id < vocab_size)
+    if METHOD == STRICT:
+        mode = tl.full([], SAMPLE_NONE, tl.int64)
+    else:
+        if METHOD == PROBABILISTIC or METHOD == BLOCK:  # noqa: SIM109 (constexprs)
+            rejected_mode = SAMPLE_RESIDUAL if HAS_DRAFT else SAMPLE_WITHOUT_DRAFT
+            mode = tl.where(real, rejected_mode, SAMPLE_TARGET).to(tl.int64)
+        else:
+            mode = tl.full([], SAMPLE_TARGET, tl.int64)
+        mode = tl.where(sampled, mode, SAMPLE_NONE)
+    if split == 0:
+        _write_decided(
+            draft_ids_ptr, row_float_ptr, row_int_ptr, token_ids_ptr, logprobs_ptr, num_emitted_ptr, request,
+            out_row, draft_start, num_draft_ids, stop, width, mode == SAMPLE_NONE, POS_BLOCK,
+        )  # fmt: skip
+        tl.store(info_int + INFO_MODE, mode)
     if mode != SAMPLE_NONE:
-        target_offset, draft_offset, draft_token, residual, laws = _final_row(
-            info_int, info_float_ptr + request.to(tl.int64) * INFO_FLOATS, mode
-        )
-        target_max, _, residual_log_sum, draft_max, draft_log_sum = laws
-        inv_temperature = _inv_temperature(temperature)
+        row_float = row_float_ptr + (out_row + stop) * ROW_FLOATS
+        target_row = draft_start + request + stop
+        target_inside = target_row < num_target_rows
+        target_offset = tl.where(target_inside, target_row * target_stride, -1)
+        target_max = tl.load(row_float + ROW_TARGET_MAX)
+        target_log_sum = tl.load(row_float + ROW_TARGET_LOG_SUM)
+        residual = mode == SAMPLE_RESIDUAL
+        log_weight = tl.full([], 0.0, tl.float32)
+        draft_max = tl.full([], NEG_INF, tl.float32)
+        draft_log_sum = tl.full([], 0.0, tl.float32)
+        draft_offset = tl.full([], -1, tl.int64)
+        if METHOD == BLOCK:  # noqa: SIM102
+            # w_m of the residual max(w_m p - q, 0) after a stop at m < n (w_0 = 1).
+            if (stop > 0) & is_draft:
+                log_weight = tl.load(row_float + ROW_LOG_WEIGHT)
+        # The compile-time test stands apart so the branch is compiled only where drafts exist.
+        if (METHOD == PROBABILISTIC or METHOD == BLOCK) and HAS_DRAFT:  # noqa: SIM102, SIM109
+            if residual:
+                draft_offset = _draft_row_offset(
+                    request, draft_start, stop, draft_slot_ptr, num_draft_rows, slot_capacity,
+                    draft_stride, slot_stride, SLOTTED,
+                )  # fmt: skip
+                draft_max = tl.load(row_float + ROW_DRAFT_MAX)
+                draft_log_sum = tl.load(row_float + ROW_DRAFT_LOG_SUM)
+        # Only a rejected one-hot draft is excluded from the sample.
+        draft_token = tl.where(mode == SAMPLE_WITHOUT_DRAFT, draft_id, -1)
+        if split == 0:
+            tl.store(info_int + INFO_POSITION, stop)
+            tl.store(info_int + INFO_TARGET_OFFSET, target_offset)
+            tl.store(info_int + INFO_DRAFT_OFFSET, draft_offset)
+            tl.store(info_int + INFO_DRAFT_TOKEN, draft_token)
+            tl.store(info_float + INFO_TARGET_MAX, target_max)
+            tl.store(info_float + INFO_TARGET_LOG_SUM, target_log_sum)
+            tl.store(info_float + INFO_DRAFT_MAX, draft_max)
+            tl.store(info_float + INFO_DRAFT_LOG_SUM, draft_log_sum)
+            tl.store(info_float + INFO_LOG_WEIGHT, log_weight)
+        # The residual's p is weighted (block verification's w_m, else 1): log(w p) = e - (log_sum - log w).
+        residual_log_sum = target_log_sum - tl.where(residual, log_weight, 0.0)
         target_row_ptr = target_ptr + _row_offset(target_offset, ROW_ALIGN)
         draft_row_ptr = draft_ptr + _row_offset(draft_offset, ROW_ALIGN)
-        lanes = tl.arange(0, NOISE_GROUP)
-        first = split * (TILES_PER_SPLIT * BLOCK_V)
-        target_inside = target_offset >= 0
-        draft_inside = residual & (draft_offset >= 0)
-        records = request.to(tl.int64) * num_blocks + first // NOISE_GROUP
-        # log p <= -log_sum: every weight relative to the row's largest possible one.
-        top = -residual_log_sum
-        fast = _fast_row(
-            first + TILES_PER_SPLIT * BLOCK_V <= vocab_size, target_inside, draft_inside, residual,
-            target_max, draft_max, residual_log_sum,
+        _split_block_masses(
+            target_row_ptr, draft_row_ptr, target_offset >= 0, residual & (draft_offset >= 0), work_ptr,
+            geometry_ptr, request, split, vocab_size, draft_token, residual, target_max, residual_log_sum,
+            draft_max, draft_log_sum, _inv_temperature(temperature), TILES_PER_SPLIT, BLOCK_V,
         )  # fmt: skip
-        # A split is a whole number of blocks, or a single split shorter than a block.
-        if fast & residual:
-            _fast_block_masses(
-                target_row_ptr, draft_row_ptr, first, records, block_scale_ptr, block_sum_ptr, top,
-                target_max, residual_log_sum, draft_max, draft_log_sum, inv_temperature, draft_token,
-                TILES_PER_SPLIT * BLOCK_V, True,
+
+
+@triton.jit
+def _split_block_masses(target_row_ptr, draft_row_ptr, target_inside, draft_inside, work_ptr, geometry_ptr,
+                        request, split, vocab_size, draft_token, residual, target_max, residual_log_sum,
+                        draft_max, draft_log_sum, inv_temperature,
+                        TILES_PER_SPLIT: tl.constexpr, BLOCK_V: tl.constexpr):  # fmt: skip
+    """`sample_kernel`'s block masses of split ``split`` of a sampled final row, recorded as
+    ``(scale, sum)``: the fast way where `_fast_row` allows it, else `_tile_law` and
+    `_row_block_mass` a block at a time."""
+    block_scale_ptr = _record(work_ptr, geometry_ptr, WORK_BLOCK_SCALE, tl.float32)
+    block_sum_ptr = _record(work_ptr, geometry_ptr, WORK_BLOCK_SUM, tl.float32)
+    num_blocks = tl.cdiv(vocab_size, NOISE_GROUP)
+    lanes = tl.arange(0, NOISE_GROUP)
+    first = split * (TILES_PER_SPLIT * BLOCK_V)
+    records = request.to(tl.int64) * num_blocks + first // NOISE_GROUP
+    # log p <= -log_sum: every weight relative to the row's largest possible one.
+    top = -residual_log_sum
+    fast = _fast_row(
+        first + TILES_PER_SPLIT * BLOCK_V <= vocab_size, target_inside, draft_inside, residual,
+        target_max, draft_max, residual_log_sum,
+    )  # fmt: skip
+    # A split is a whole number of blocks, or a single split shorter than a block.
+    if fast & residual:
+        _fast_block_masses(
+            target_row_ptr, draft_row_ptr, first, records, block_scale_ptr, block_sum_ptr, top,
+            target_max, residual_log_sum, draft_max, draft_log_sum, inv_temperature, draft_token,
+            TILES_PER_SPLIT * BLOCK_V, True,
+        )  # fmt: skip
+    elif fast:
+        _fast_block_masses(
+            target_row_ptr, draft_row_ptr, first, records, block_scale_ptr, block_sum_ptr, top,
+            target_max, residual_log_sum, draft_max, draft_log_sum, inv_temperature, draft_token,
+            TILES_PER_SPLIT * BLOCK_V, False,
+        )  # fmt: skip
+    else:
+        for group in range(0, TILES_PER_SPLIT * BLOCK_V, NOISE_GROUP):
+            tokens = first + group + lanes
+            in_vocab = tokens < vocab_size
+            x = tl.load(target_row_ptr + tokens, mask=in_vocab & target_inside, other=NEG_INF)
+            y = tl.load(draft_row_ptr + tokens, mask=in_vocab & draft_inside, other=NEG_INF)
+            log_p, fraction, has_mass = _tile_law(
+                x, y, target_max, residual_log_sum, draft_max, draft_log_sum, inv_temperature, tokens,
+                vocab_size, draft_token, residual,
             )  # fmt: skip
-        elif fast:
-            _fast_block_masses(
-                target_row_ptr, draft_row_ptr, first, records, block_scale_ptr, block_sum_ptr, top,
-                target_max, residual_log_sum, draft_max, draft_log_sum, inv_temperature, draft_token,
-                TILES_PER_SPLIT * BLOCK_V, False,
-            )  # fmt: skip
-        else:
-            for group in range(0, TILES_PER_SPLIT * BLOCK_V, NOISE_GROUP):
-                tokens = first + group + lanes
-                in_vocab = tokens < vocab_size
-                x = tl.load(target_row_ptr + tokens, mask=in_vocab & target_inside, other=NEG_INF)
-                y = tl.load(draft_row_ptr + tokens, mask=in_vocab & draft_inside, other=NEG_INF)
-                log_p, fraction, has_mass = _tile_law(
-                    x, y, target_max, residual_log_sum, draft_max, draft_log_sum, inv_temperature, tokens,
-                    vocab_size, draft_token, residual,
-                )  # fmt: skip
-                scale, total = _row_block_mass(log_p, fraction, has_mass, top, 0)
-                inside = (first + group) // NOISE_GROUP < num_blocks
-                tl.store(block_scale_ptr + records + group // NOISE_GROUP, scale, mask=inside)
-                tl.store(block_sum_ptr + records + group // NOISE_GROUP, total, mask=inside)
+            scale, total = _row_block_mass(log_p, fraction, has_mass, top, 0)
+            inside = (first + group) // NOISE_GROUP < num_blocks
+            tl.store(block_scale_ptr + records + group // NOISE_GROUP, scale, mask=inside)
+            tl.store(block_sum_ptr + records + group // NOISE_GROUP, total, mask=inside)
 
 
 @triton.jit(do_not_specialize=["max_num_drafts", "num_blocks"])
@@ -1596,7 +1603,8 @@ def emit_kernel(
         draft_ptr: ``[D, V]`` or ``[S, K, V]`` draft logits (read only in residual mode).
         temperature_ptr: ``[B]`` fp32.
         seed_ptr, step_ptr: ``[B]`` int64.
-        info_int_ptr: ``[B, 5]`` int64 and info_float_ptr: ``[B, 5]`` fp32 records of `decide_kernel`.
+        info_int_ptr: ``[B, 5]`` int64 and info_float_ptr: ``[B, 5]`` fp32: the final row's records
+            (`sample_kernel`).
         block_scale_ptr, block_sum_ptr: the ``[B * num_blocks]`` block masses of `sample_kernel`.
         token_ids_ptr: ``[B, max_n + 1]`` int64 output.
         logprobs_ptr: ``[B, max_n + 1]`` fp32 output.
