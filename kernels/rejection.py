@@ -59,8 +59,8 @@ from specsample.reference.methods import METHODS
 from specsample.reference.schemes import CANONICAL
 
 CHECK_VALUES_ENV = "SPECSAMPLE_CHECK_VALUES"
-# The launch plans: "split" (what a GPU runs: five launches of one program per request, position and
-# vocabulary split) and "rows" (one launch whose programs each take whole requests,
+# The launch plans: "split" (what a GPU runs: up to four launches of one program per request,
+# position and vocabulary split) and "rows" (one launch whose programs each take whole requests,
 # `rows_kernels`), which the Triton interpreter runs 60 to 300 times faster (kernels/RESULTS.md).
 # The default is "rows" on the CPU and "split" on a GPU; this environment variable, or the
 # `rejection_sample` argument, picks one for both.

@@ -1,8 +1,8 @@
 """The rows plan: one launch whose programs each take whole requests, every row of them at once.
 
 Only ``@triton.jit`` code lives here; `kernels.rejection` chooses the plan and launches. The split
-plan (`rejection_kernels`, five launches of one program per request, position and vocabulary split)
-is what a GPU runs. The Triton interpreter runs a program's every operation through numpy at a fixed
+plan (`rejection_kernels`, up to four launches of one program per request, position and vocabulary
+split) is what a GPU runs. The Triton interpreter runs a program's every operation through numpy at a fixed
 cost of some microseconds that a small tile hardly adds to, so its time grows with the number of
 programs times the operations each runs; the split plan costs it 50 to 80 ms a request. Here one
 program takes ``REQUESTS`` requests and holds their rows as ``[REQUESTS, POSITIONS, BLOCK_V]``
