@@ -469,6 +469,25 @@ def _split_sample_stats(row_ptr, row_inside, split, vocab_size, inv_temperature,
 
 
 @triton.jit
+def _draft_at(draft_ids_ptr, draft_start, position, num_drafts, num_draft_ids, vocab_size):
+    """The draft at ``position`` of a request (a scalar or a vector of positions): ``(is_draft,
+    draft_id, real)``, the id -1 past the request's drafts or the id tensor, and ``real`` where it
+    names a token of the vocabulary (anything else is a placeholder).
+
+    Args:
+        draft_ids_ptr: ``[D]`` int64 draft token ids.
+    """
+    is_draft = position < num_drafts
+    draft_id = tl.load(
+        draft_ids_ptr + draft_start + position,
+        mask=is_draft & (draft_start + position < num_draft_ids),
+        other=-1,
+    )
+    real = is_draft & (draft_id >= 0) & (draft_id < vocab_size)
+    return is_draft, draft_id, real
+
+
+@triton.jit
 def _synthetic_accept(
     draft_ids_ptr, rates_ptr, draft_start, position, num_drafts, num_draft_ids, num_rates, seed, step,
     vocab_size,
@@ -483,13 +502,7 @@ def _synthetic_accept(
         draft_ids_ptr: ``[D]`` int64 draft token ids.
         rates_ptr: ``[num_rates]`` fp64 conditional acceptance rates.
     """
-    is_draft = position < num_drafts
-    draft_id = tl.load(
-        draft_ids_ptr + draft_start + position,
-        mask=is_draft & (draft_start + position < num_draft_ids),
-        other=-1,
-    )
-    real = is_draft & (draft_id >= 0) & (draft_id < vocab_size)
+    is_draft, _, real = _draft_at(draft_ids_ptr, draft_start, position, num_drafts, num_draft_ids, vocab_size)
     rate = tl.load(rates_ptr + position, mask=is_draft & (position < num_rates), other=0.0)
     u = tl.rand(seed, _offsets(step, position.to(tl.int64), ACCEPT_PURPOSE, 0))
     return real & (u.to(tl.float64) < rate)
@@ -826,13 +839,9 @@ def _finish_row(
     row_max = tl.sum(row_max, axis=0)
     log_sum = tl.sum(log_sum, axis=0)
     sampled = temperature > 0.0
-    is_draft = position < num_drafts
-    draft_id = tl.load(
-        draft_ids_ptr + draft_start + position,
-        mask=is_draft & (draft_start + position < num_draft_ids),
-        other=-1,
+    is_draft, draft_id, real = _draft_at(
+        draft_ids_ptr, draft_start, position, num_drafts, num_draft_ids, vocab_size
     )
-    real = is_draft & (draft_id >= 0) & (draft_id < vocab_size)
     log_p = _log_prob(
         target_row_ptr, target_inside & real, draft_id, row_max, log_sum, inv_temperature, vocab_size
     )
@@ -1457,13 +1466,9 @@ def sample_kernel(
         # are never skipped: only greedy rows reject in row_stats_kernel).
         stop = tl.where(sampled, tl.minimum(stop_flag, num_drafts), stop)
     # The final row: the first rejection, or the bonus row when every draft was accepted.
-    is_draft = stop < num_drafts
-    draft_id = tl.load(
-        draft_ids_ptr + draft_start + stop,
-        mask=is_draft & (draft_start + stop < num_draft_ids),
-        other=-1,
+    is_draft, draft_id, real = _draft_at(
+        draft_ids_ptr, draft_start, stop, num_drafts, num_draft_ids, vocab_size
     )
-    real = is_draft & (draft_id >= 0) & (draft_id < vocab_size)
     if METHOD == STRICT:
         mode = tl.full([], SAMPLE_NONE, tl.int64)
     else:

@@ -45,6 +45,7 @@ from specsample.kernels.rejection_kernels import (
     _block_mass,
     _block_uniform,
     _clean,
+    _draft_at,
     _draft_row_offset,
     _geometry,
     _inv_temperature,
@@ -291,13 +292,9 @@ def rows_kernel(
     # Every row of the requests: [R, P].
     position = tl.arange(0, POSITIONS)[None, :]
     is_row = position <= num_drafts
-    is_draft = position < num_drafts
-    draft_id = tl.load(
-        draft_ids_ptr + draft_start + position,
-        mask=is_draft & (draft_start + position < num_draft_ids),
-        other=-1,
+    is_draft, draft_id, real = _draft_at(
+        draft_ids_ptr, draft_start, position, num_drafts, num_draft_ids, vocab_size
     )
-    real = is_draft & (draft_id >= 0) & (draft_id < vocab_size)
     target_row = draft_start + request + position
     target_inside = is_row & (target_row < num_target_rows)
     target_offset = tl.where(target_inside, target_row, 0) * target_stride
