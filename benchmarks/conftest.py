@@ -1,6 +1,6 @@
 """pytest configuration of the latency benchmarks.
 
-- ``--bench-grid`` picks the cases: ``gate`` (the default on a GPU), ``full`` (DESIGN.md's whole
+- ``--bench-grid`` picks the cases: ``gate`` (the default on a GPU), ``full`` (docs/design.md's whole
   grid, for RESULTS.md) or ``smoke`` (tiny shapes; the default without CUDA). The environment
   variable ``SPECSAMPLE_BENCH_GRID`` sets the default.
 - ``--bench-variants`` names the registered variants to time side by side (``triton,torch``).

@@ -1,8 +1,8 @@
 """The benchmark shapes, the inputs built for them, and the bytes each one must move.
 
-A `Case` is one point of DESIGN.md's grid: batch ``B``, drafts per request ``n``, vocabulary ``V``,
-logit dtype, draft layout (flat ``[D, V]`` or slotted ``[S, K, V]``), temperature and method.
-Three grids use it:
+A `Case` is one point of the grid of docs/design.md ("Benchmark grid"): batch ``B``, drafts per
+request ``n``, vocabulary ``V``, logit dtype, draft layout (flat ``[D, V]`` or slotted ``[S, K, V]``),
+temperature and method. Three grids use it:
 
 - `GATE_CASES`: the representative subset the performance gate times (a few minutes on a GPU):
   every target of issue 6, each method, layout, dtype and temperature, and both ends of the vocab.
@@ -10,9 +10,10 @@ Three grids use it:
 - `SMOKE_CASES`: tiny shapes with the same structural variety, run once untimed on a CPU under the
   Triton interpreter.
 
-Byte accounting (`min_bytes`) follows DESIGN.md: every target logit once, every draft logit once when
-the law needs ``q`` (probabilistic and block rows with ``T > 0``; strict, synthetic and greedy rows
-never depend on ``q``), the small per-request inputs once and the outputs once.
+Byte accounting (`min_bytes`) follows docs/design.md ("Benchmark grid"): every target logit once,
+every draft logit once when the law needs ``q`` (probabilistic and block rows with ``T > 0``; strict,
+synthetic and greedy rows never depend on ``q``), the small per-request inputs once and the outputs
+once.
 """
 
 from __future__ import annotations
@@ -141,8 +142,9 @@ CALL_LATENCY_CASE = Case("probabilistic", "fp32", "flat", 1.0, 1, 4, 128256)
 
 
 def full_grid() -> tuple[Case, ...]:
-    """Every case of DESIGN.md's grid: 4 batches x 3 draft counts x 4 vocabs x 2 dtypes x 2 layouts
-    x 2 temperatures x 4 methods (1536 cases), ordered so cases sharing logits run together."""
+    """Every case of the grid of docs/design.md: 4 batches x 3 draft counts x 4 vocabs x 2 dtypes
+    x 2 layouts x 2 temperatures x 4 methods (1536 cases), ordered so cases sharing logits run
+    together."""
     return tuple(
         Case(method, dtype, layout, temperature, batch, num_drafts, vocab)
         for dtype, batch, num_drafts, vocab, layout, temperature, method in itertools.product(

@@ -3,7 +3,7 @@
 Hypothesis draws parameters (a family, a vocabulary size, draft counts, temperatures, seeds, a numpy
 seed); numpy builds the vocab-sized arrays from the drawn seed, never element by element, so a
 failing example replays and shrinks on its parameters. Every strategy says which bugs its inputs
-expose (the ids are those of MUTANTS.md).
+expose (the ids are those of docs/bugs.md).
 
 Sizes follow a profile (`properties.profiles`): ``ci`` and ``dev`` keep the vocabularies and grids small
 enough for the Triton interpreter; ``gpu`` and ``nightly`` reach 256K-token vocabularies and large
@@ -273,7 +273,7 @@ def spec_batches(
     capabilities: Capabilities | None = None,
     describe: Callable[[dict[str, Any]], None] | None = None,
 ) -> SpecBatch:
-    """Valid `SpecBatch` objects mixing every family, shape and odd case of DESIGN.md.
+    """Valid `SpecBatch` objects mixing every family, shape and odd case of docs/design.md.
 
     One batch draws a method, a vocabulary size (block edges included), a logit dtype and a kind of
     draft logits (one-hot, flat ``[D, V]`` or slotted ``[S, K, V]`` under a random slot permutation

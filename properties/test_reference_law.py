@@ -1,4 +1,4 @@
-"""`reference.law.exact_law`: proper laws, the speculative-sampling theorem, and DESIGN's edge cases."""
+"""`reference.law.exact_law`: proper laws, the speculative-sampling theorem, docs/design.md's edge cases."""
 
 from __future__ import annotations
 

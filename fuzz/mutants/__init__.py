@@ -1,10 +1,10 @@
-"""Sampler variants with real bugs planted (MUTANTS.md); the harness self-test must kill each one.
+"""Sampler variants with real bugs planted (docs/bugs.md); the harness self-test must kill each one.
 
 Each mutant is the walk (`reference.walk.WalkSampler`, exact on the canonical streams) with one
 stage overridden the way a shipped bug changed it; M23 plants its bug in the Triton kernel's
 source. M28-M30 plant block-verification bugs (`reference.block`) in the walk's block stages.
-`MUTANTS` maps the id to where it lives and which checks are expected to kill it (MUTANTS.md's for
-M01-M27).
+`MUTANTS` maps the id to where it lives and which checks are expected to kill it; docs/bugs.md lists
+each bug with its public source.
 """
 
 from __future__ import annotations
