@@ -54,6 +54,8 @@ import torch
 
 from specsample.kernels import launch, rows_kernels
 from specsample.kernels import rejection_kernels as jit
+from specsample.kernels.records import GEOMETRY, SPLIT, WORKSPACE
+from specsample.kernels.rules import NOISE_GROUP
 from specsample.reference.contract import Capabilities, SpecBatch, SpecOutput
 from specsample.reference.methods import METHODS
 from specsample.reference.schemes import CANONICAL
@@ -177,7 +179,7 @@ class WorkRecord:
     Attributes:
         parameter: the kernel parameter that takes the record as its own pointer (a view of the
             workspace), if any.
-        field: its ``WORK_*`` field in the geometry record, if row_stats_kernel reads it there.
+        field: its `records.GEOMETRY` field, where kernels find it through the geometry record.
         dtype: the record's element type.
         offset: its first word; a multiple of 4 (16 bytes).
     """
@@ -196,10 +198,7 @@ INPUT_BUFFERS = (
     "target_ptr", "draft_ptr", "draft_ids_ptr", "cu_ptr", "temperature_ptr", "seed_ptr", "step_ptr",
     "draft_slot_ptr", "rates_ptr",
 )  # fmt: skip
-RECORD_BUFFERS = (
-    "row_float_ptr", "row_int_ptr", "info_float_ptr", "info_int_ptr", "block_scale_ptr", "block_sum_ptr",
-    "mass_ptr",
-)  # fmt: skip
+RECORD_BUFFERS = tuple(f"{work.name}_ptr" for work in WORKSPACE if work.pointer)
 OUTPUT_BUFFERS = ("token_ids_ptr", "logprobs_ptr", "num_emitted_ptr")
 CALL_BUFFERS = frozenset({*INPUT_BUFFERS, "work_ptr", "geometry_ptr", *RECORD_BUFFERS, *OUTPUT_BUFFERS})
 
@@ -234,50 +233,47 @@ class Plan:
 def _workspace_layout(
     num_requests: int, width: int, num_splits: int, num_blocks: int, block: bool
 ) -> tuple[tuple[WorkRecord, ...], int, slice]:
-    """Where each record of a call's workspace lies.
+    """Where each record of a call's workspace lies (`records.WORKSPACE`).
 
-    The workspace starts with the ``SPLIT_RECORDS`` split records of row_stats_kernel, one word per
+    The workspace starts with the `records.SPLIT` split records of row_stats_kernel, one word per
     program each, where `rejection_kernels._split_record` finds them from the kernel's grid. The
-    other records follow, the two zero-initialised ones first. row_stats_kernel finds the records
-    it needs through the geometry record (it has no parameter to spare); the other kernels take
-    theirs as pointers, so their first loads wait for no other.
+    records of `records.WORKSPACE` follow in its order, the zero-initialised ones first.
+    row_stats_kernel finds the records it needs through the geometry record (it has no parameter
+    to spare); the other kernels take theirs as pointers, so their first loads wait for no other.
 
     Returns:
         The records after the split records, the workspace's size in 4-byte words, and its
         zero-initialised words.
     """
     num_rows = num_requests * width
-    sample_records = num_requests * num_blocks
-    layout = (
-        (None, jit.WORK_COUNTER, torch.int32, num_rows),
-        (None, jit.WORK_STOP_FLAG, torch.int32, num_requests),
-        ("row_float_ptr", jit.WORK_ROW_FLOAT, torch.float32, num_rows * jit.ROW_FLOATS.value),
-        ("row_int_ptr", jit.WORK_ROW_INT, torch.int32, num_rows * jit.ROW_INTS.value),
-        ("info_float_ptr", jit.WORK_INFO_FLOAT, torch.float32, num_requests * jit.INFO_FLOATS.value),
-        ("info_int_ptr", jit.WORK_INFO_INT, torch.int64, num_requests * jit.INFO_INTS.value),
-        ("block_scale_ptr", jit.WORK_BLOCK_SCALE, torch.float32, sample_records),
-        ("block_sum_ptr", jit.WORK_BLOCK_SUM, torch.float32, sample_records),
-        ("mass_ptr", None, torch.float32, num_rows * num_splits if block else 0),
-    )
-    records = []
-    words = jit.SPLIT_RECORDS.value * _aligned(num_rows * num_splits)
-    for parameter, field, dtype, size in layout:
-        records.append(WorkRecord(parameter, None if field is None else field.value, dtype, words))
+    entries = {"row": num_rows, "request": num_requests, "block": num_requests * num_blocks}
+    entries["split"] = num_rows * num_splits
+    placed = []
+    words = SPLIT.SIZE.value * _aligned(num_rows * num_splits)
+    for work in WORKSPACE:
+        dtype = getattr(torch, work.dtype)
+        field = getattr(GEOMETRY, work.name, None)
+        parameter = f"{work.name}_ptr" if work.pointer else None
+        placed.append(WorkRecord(parameter, None if field is None else field.value, dtype, words))
+        size = 0 if work.only_block and not block else entries[work.per] * work.width
         words += _aligned(size * dtype.itemsize // 4)
-    zeroed = slice(records[0].offset, records[2].offset)
-    return tuple(records), words, zeroed
+    zeroed = [record for record, work in zip(placed, WORKSPACE, strict=True) if work.zeroed]
+    if [work.zeroed for work in WORKSPACE[: len(zeroed)]] != [True] * len(zeroed):
+        raise RuntimeError("the zero-initialised records must come first in records.WORKSPACE")
+    return tuple(placed), words, slice(placed[0].offset, placed[len(zeroed)].offset)
 
 
-def _geometry(fields: dict[int, int], device: torch.device) -> torch.Tensor:
-    """The geometry record holding ``fields`` (value by ``GEO_*`` or ``WORK_*`` index) on ``device``.
+def _geometry(fields: dict[str, int], device: torch.device) -> torch.Tensor:
+    """The geometry record (`records.GEOMETRY`) holding ``fields`` (value by field name) on ``device``.
 
     On a GPU the copy is asynchronous (from pinned memory, on the current stream), so making a plan
     never waits for the GPU.
     """
-    size = jit.GEOMETRY_FIELDS.value
-    if sorted(fields) != list(range(size)):
-        raise RuntimeError(f"the geometry record has fields {sorted(fields)}; expected 0 to {size - 1}")
-    values = torch.tensor([fields[index] for index in range(size)], dtype=torch.int64)
+    if sorted(fields) != sorted(GEOMETRY.FIELDS):
+        raise RuntimeError(
+            f"the geometry record has fields {sorted(fields)}; expected {sorted(GEOMETRY.FIELDS)}"
+        )
+    values = torch.tensor([fields[name] for name in GEOMETRY.FIELDS], dtype=torch.int64)
     if device.type == "cuda":
         return values.pin_memory().to(device, non_blocking=True)
     return values.to(device)
@@ -293,18 +289,18 @@ def _draft_layout(batch: SpecBatch) -> tuple[int, int, int, int]:
     return draft.shape[0], 0, draft.stride(0), 0
 
 
-def _read_bounds(batch: SpecBatch, num_draft_rows: int, slot_capacity: int) -> dict[int, int]:
-    """The geometry record's counts that bound reads (``GEO_*`` index -> value)."""
+def _read_bounds(batch: SpecBatch, num_draft_rows: int, slot_capacity: int) -> dict[str, int]:
+    """The geometry record's counts that bound reads (`records.GEOMETRY` field -> value)."""
     rates = batch.synthetic_rates if METHODS[batch.method].takes_rates else None
-    return {
-        jit.GEO_NUM_TARGET_ROWS.value: batch.target_logits.shape[0],
-        jit.GEO_NUM_DRAFT_IDS.value: batch.draft_token_ids.shape[0],
-        jit.GEO_NUM_DRAFT_ROWS.value: num_draft_rows,
-        jit.GEO_SLOT_CAPACITY.value: slot_capacity,
-        jit.GEO_NUM_RATES.value: 0 if rates is None else rates.shape[0],
-        jit.GEO_NUM_REQUESTS.value: batch.num_requests,
-        jit.GEO_MAX_NUM_DRAFTS.value: batch.resolved_max_num_drafts(),
-    }
+    return dict(
+        num_target_rows=batch.target_logits.shape[0],
+        num_draft_ids=batch.draft_token_ids.shape[0],
+        num_draft_rows=num_draft_rows,
+        slot_capacity=slot_capacity,
+        num_rates=0 if rates is None else rates.shape[0],
+        num_requests=batch.num_requests,
+        max_num_drafts=batch.resolved_max_num_drafts(),
+    )
 
 
 def programmatic_launch(device: torch.device) -> bool:
@@ -340,7 +336,7 @@ def make_plan(batch: SpecBatch) -> Plan:
     sample_registers = dict(maxnreg=SAMPLE_MAX_REGISTERS) if batch.device.type == "cuda" else {}
     block = rules.verifies_jointly
     # The final row's block masses (`reference.schemes`, canonical-v3), one per block of NOISE_GROUP tokens.
-    num_blocks = _cdiv(vocab_size, jit.NOISE_GROUP.value)
+    num_blocks = _cdiv(vocab_size, NOISE_GROUP.value)
     records, work_words, zeroed = _workspace_layout(num_requests, width, num_splits, num_blocks, block)
 
     num_draft_rows, slot_capacity, draft_stride, slot_stride = _draft_layout(batch)
@@ -405,7 +401,7 @@ def make_plan(batch: SpecBatch) -> Plan:
                 options=dict(num_warps=EMIT_WARPS, **dependent), buffers=CALL_BUFFERS,
             )
         )  # fmt: skip
-    offsets = {record.field: record.offset for record in records if record.field is not None}
+    offsets = {GEOMETRY.FIELDS[record.field]: record.offset for record in records if record.field is not None}
     return Plan(
         num_requests=num_requests,
         width=width,
@@ -512,7 +508,7 @@ def rows_launch(batch: SpecBatch) -> launch.Launch:
             vocab_size=vocab_size, METHOD=METHODS[batch.method].kernel_code,
             HAS_DRAFT=batch.draft_logits is not None, SLOTTED=batch.slotted, REQUESTS=requests,
             POSITIONS=positions, BLOCK_V=block_v,
-            NUM_BLOCKS=_next_power_of_2(_cdiv(vocab_size, jit.NOISE_GROUP.value)),
+            NUM_BLOCKS=_next_power_of_2(_cdiv(vocab_size, NOISE_GROUP.value)),
         ),
         options=dict(num_warps=4), buffers=CALL_BUFFERS,
     )  # fmt: skip
@@ -523,7 +519,7 @@ def _run_rows(batch: SpecBatch) -> SpecOutput:
     num_draft_rows, slot_capacity, _, _ = _draft_layout(batch)
     bounds = _read_bounds(batch, num_draft_rows, slot_capacity)
     # The rows plan has no workspace: the geometry record's workspace offsets are unused.
-    fields = {index: bounds.get(index, 0) for index in range(jit.GEOMETRY_FIELDS.value)}
+    fields = {name: bounds.get(name, 0) for name in GEOMETRY.FIELDS}
     geometry = _geometry(fields, batch.device)
     outputs = _outputs_of(batch.num_requests, batch.resolved_max_num_drafts() + 1, batch.device)
     buffers: dict[str, Any] = dict(zip(INPUT_BUFFERS, _batch_tensors(batch), strict=True))

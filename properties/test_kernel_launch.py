@@ -14,6 +14,7 @@ import triton
 
 from specsample.kernels import interpret, launch, rejection, rows_kernels
 from specsample.kernels import rejection_kernels as jit
+from specsample.kernels.records import GEOMETRY, ROW_FLOAT, SPLIT
 from specsample.reference.contract import RequestData, SpecBatch, SpecOutput, make_batch
 
 DEVICE = "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu"
@@ -185,14 +186,14 @@ def test_workspace_records_are_aligned_and_apart(method: str) -> None:
     batch = _batch(method)
     plan = rejection.make_plan(batch)
     geometry = plan.geometry.cpu().tolist()
-    assert len(geometry) == jit.GEOMETRY_FIELDS.value
+    assert len(geometry) == GEOMETRY.SIZE.value
     num_splits = rejection.vocab_layout(batch.vocab_size).num_splits
-    split_words = jit.SPLIT_RECORDS.value * rejection._aligned(plan.num_requests * plan.width * num_splits)
+    split_words = SPLIT.SIZE.value * rejection._aligned(plan.num_requests * plan.width * num_splits)
     counter, stop_flag, row_float, row_int = (
         geometry[field.value]
-        for field in (jit.WORK_COUNTER, jit.WORK_STOP_FLAG, jit.WORK_ROW_FLOAT, jit.WORK_ROW_INT)
+        for field in (GEOMETRY.counter, GEOMETRY.stop_flag, GEOMETRY.row_float, GEOMETRY.row_int)
     )
-    starts = [counter, stop_flag, row_float, row_int, *(record.offset for record in plan.records[2:])]
+    starts = [counter, stop_flag, row_float, row_int, *(record.offset for record in plan.records)]
     assert starts[0] == split_words and starts == sorted(set(starts))
     assert all(start % 4 == 0 for start in starts)
     mass = plan.records[-1]
@@ -200,7 +201,7 @@ def test_workspace_records_are_aligned_and_apart(method: str) -> None:
     mass_words = plan.num_requests * plan.width * num_splits if method == "block" else 0
     assert plan.work_words - mass.offset == rejection._aligned(mass_words)
     assert plan.zeroed == slice(counter, row_float)
-    assert [record.offset for record in plan.records[:2]] == [row_float, row_int]
+    assert [record.parameter for record in plan.records] == list(rejection.RECORD_BUFFERS)
 
 
 POISON = 0x7F7F7F7F
@@ -252,14 +253,14 @@ def test_rows_after_the_first_rejection_are_never_written(
     assert min(emitted) < n + 1
     num_splits = rejection.vocab_layout(vocab).num_splits
     counter, row_float = (
-        plan.geometry[field.value].item() for field in (jit.WORK_COUNTER, jit.WORK_ROW_FLOAT)
+        plan.geometry[field.value].item() for field in (GEOMETRY.counter, GEOMETRY.row_float)
     )
     (work,) = workspaces
     for request, count in enumerate(emitted):
         for position in range(n + 1):
             row = request * (n + 1) + position
             finished = work[counter + row].item()
-            row_target_max = work[row_float + row * jit.ROW_FLOATS.value + jit.ROW_TARGET_MAX.value].item()
+            row_target_max = work[row_float + row * ROW_FLOAT.SIZE.value + ROW_FLOAT.target_max.value].item()
             if position < count:
                 assert finished == num_splits and row_target_max != POISON
                 assert (work[row * num_splits : (row + 1) * num_splits] != POISON).all()

@@ -8,7 +8,7 @@ import torch
 import triton
 import triton.language as tl
 
-from specsample.kernels import rejection_kernels as jit
+from specsample.kernels import rules
 from specsample.reference import philox
 from specsample.reference.schemes import (
     ACCEPT_PURPOSE,
@@ -142,15 +142,15 @@ def _canonical_noise_probe(seed_ptr, step_ptr, position_ptr, uniform_ptr, VOCAB:
     seed = tl.load(seed_ptr + row)
     step = tl.load(step_ptr + row)
     position = tl.load(position_ptr + row)
-    for group_start in range(0, VOCAB, jit.NOISE_GROUP):
-        tokens = group_start + tl.arange(0, jit.NOISE_GROUP)
-        u = jit._noise_tile(seed, step, position, group_start)
+    for group_start in range(0, VOCAB, rules.NOISE_GROUP):
+        tokens = group_start + tl.arange(0, rules.NOISE_GROUP)
+        u = rules.noise_tile(seed, step, position, group_start)
         tl.store(uniform_ptr + row * VOCAB + tokens, u, mask=tokens < VOCAB)
 
 
 def test_canonical_noise_is_the_kernels() -> None:
     """The canonical scheme's uniforms are the kernels', token for token, over three noise groups."""
-    assert jit.NOISE_GROUP.value == NOISE_GROUP and jit.NOISE_RUN.value == NOISE_RUN
+    assert rules.NOISE_GROUP.value == NOISE_GROUP and rules.NOISE_RUN.value == NOISE_RUN
     seeds = np.array([0, -1, 2**63 - 1, 12345], dtype=np.int64)
     steps = np.array([0, 2**32 - 1, 7, 2**31], dtype=np.int64)
     positions = np.array([0, 127, 3, 8], dtype=np.int64)
@@ -177,7 +177,7 @@ def _block_uniform_probe(seed_ptr, step_ptr, position_ptr, uniform_ptr):
     seed = tl.load(seed_ptr + row)
     step = tl.load(step_ptr + row)
     position = tl.load(position_ptr + row)
-    tl.store(uniform_ptr + row, jit._block_uniform(seed, step, position))
+    tl.store(uniform_ptr + row, rules.block_uniform(seed, step, position))
 
 
 def test_block_uniform_is_the_kernels() -> None:
