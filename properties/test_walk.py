@@ -1,4 +1,4 @@
-"""`reference.walk`: the vectorised walk equals the scalar reference on every scheme and flags near ties."""
+"""`reference.walk`: the walk equals the scalar reference on every scheme; its record flags near ties."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 
 from specsample.properties import strategies
 from specsample.reference.contract import METHODS, RequestData, SpecBatch, make_batch
+from specsample.reference.law import BatchRows
+from specsample.reference.near_ties import Draw, ExactDecision, judge
 from specsample.reference.sampler import reference_sample
 from specsample.reference.schemes import BLOCK_TOKENS, CANONICAL, SCHEMES, RandomScheme, pick_blocks
 from specsample.reference.walk import WalkSampler, walk
@@ -79,6 +81,23 @@ def test_a_gumbel_decision_within_float32_rounding_is_a_near_tie(scheme: RandomS
         sample = walk(batch, scheme)
         assert int(sample.output.token_ids[0, 0]) == 5
         assert bool(sample.near[0, 0]) is near
+
+
+def test_the_near_tie_model_judges_a_record_on_its_own() -> None:
+    """Judged from a record alone, a draw whose Gumbel scores differ by 2e-6 is a near tie and one
+    at 1e-2 is not; a decision on exact values counts as a decision and is never near."""
+    seed, step, vocab_size = 12345, 3, 8
+    noise = CANONICAL.gumbel_noise(np.array([seed]), np.array([step]), 0, vocab_size)
+    for gap, near in ((2e-6, True), (1e-2, False)):
+        logits = np.full((1, vocab_size), -30.0)
+        logits[0, 2] = 0.0
+        logits[0, 5] = noise.gumbel[0, 2] - noise.gumbel[0, 5] + gap  # token 5 wins by `gap`
+        rows = BatchRows.of(make_batch([RequestData(logits, [], None, 1.0, seed=seed, step=step)]))
+        request = np.array([0])
+        judged = judge(rows, [Draw(request, 0, 0, np.array([5]), noise)], width=1)
+        assert judged.num_decisions == 1 and bool(judged.near[0, 0]) is near
+        exact = judge(rows, [ExactDecision(request, 0)], width=1)
+        assert exact.num_decisions == 1 and not exact.near.any()
 
 
 def test_walk_sampler_is_a_variant_on_its_scheme() -> None:

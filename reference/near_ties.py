@@ -1,7 +1,9 @@
 """The near-tie model: which decisions of the float64 walk a float32 kernel could take the other way.
 
-The walk (`reference.walk`) marks every emitted position whose decision float32 arithmetic could
-flip: a *near tie*. The model works in the log domain a kernel computes in (``eps = 2**-23``,
+The walk (`reference.walk`) records every decision it makes (`Decision`: an acceptance test, a
+draw, block verification's keep decision, or a comparison of exact values); `judge` reads that
+record in one pass and marks every emitted position whose decision float32 arithmetic could flip:
+a *near tie*. The model works in the log domain a kernel computes in (``eps = 2**-23``,
 times `reference.schemes.TOL_ULPS`): ``e(x) = (x - max) / T`` carries ``|e| + 4 + log2(V)`` ulps
 (its rounding and the row's log-sum-exp), the Gumbel noise the scheme's tolerance, ``log u``
 ``|log u| + 1`` ulps; a residual weight ``p - q`` is known to ``tol_p p + tol_q q``. A probability
@@ -21,20 +23,23 @@ in an interval (the clamp at 1 included: where ``w_{i-1} p / q`` may fall on eit
 interval reaches 1 and ``1 - w_i`` reaches 0); the residual mass ``S_i`` is bounded by the sum of
 ``max(w p - q, 0)`` at the ends of those intervals, widened by ``4 + log2(V)`` ulps for the float32
 sum over the vocabulary; the keep probability ``h_i = S_i / (S_i + 1 - w_i)`` is increasing in
-``S_i`` and decreasing in ``1 - w_i``, which bounds it (`keep_bounds`). A decision ``eta_i < h_i``
-with ``eta_i`` inside those bounds is near. Rows whose target and draft logits are identical give
-exactly equal ``p`` and ``q`` in any arithmetic, so their ratios and residuals carry no tolerance.
+``S_i`` and decreasing in ``1 - w_i``, which bounds it (`block_keep_bounds`). A decision
+``eta_i < h_i`` with ``eta_i`` inside those bounds is near; it may move ``m`` anywhere between the
+largest index surely kept and the largest possibly kept, so every emitted position from the first
+of those to ``m`` is near. Rows whose target and draft logits are identical give exactly equal
+``p`` and ``q`` in any arithmetic, so their ratios and residuals carry no tolerance.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
-from .law import MAX_TEMPERATURE, F64Array, I64Array, clean, one_hot, row_probs
+from .law import MAX_TEMPERATURE, BatchRows, F64Array, I64Array, clean, one_hot, row_probs
 from .schemes import BLOCK_MASS_RTOL, BLOCK_TOKENS, EPS32, TOL_ULPS, Noise, block_masses, in_blocks
 
 LOG_ZERO = -1075 * math.log(2.0)
@@ -254,3 +259,158 @@ def block_keep_bounds(
         low = np.where(mass_low + rest_high > 0, mass_low / (mass_low + rest_high), 1.0)
         high = np.where(mass_high + rest_low > 0, mass_high / (mass_high + rest_low), 1.0)
     return np.stack([low, high])
+
+
+def clamped_sum(log_weight: F64Array, log_ratio: F64Array) -> F64Array:
+    """``log min(1, w r)`` elementwise from ``log w`` and ``log r``; a weight of 0 stays 0."""
+    with np.errstate(invalid="ignore"):
+        total = np.minimum(0.0, log_weight + log_ratio)
+    return np.where(np.isneginf(log_weight) | np.isneginf(log_ratio), -np.inf, total)
+
+
+def block_bounds(rows: BatchRows, requests: I64Array, width: int) -> tuple[F64Array, F64Array]:
+    """``[2, B, W]`` bounds of the log-weights ``log w_i`` and of the keep probabilities ``h_i`` a
+    float32 kernel may compute, at each index ``0 <= i <= n`` of ``requests`` (0 elsewhere).
+
+    ``w_0 = 1``, each ratio ``p(d) / q(d)`` known to `ratio_bounds`; ``h_i`` from `block_keep_bounds`
+    for ``1 <= i < n``, and ``h_n = w_n``.
+    """
+    counts = rows.counts[requests]
+    log_weight = np.zeros((2, rows.counts.size, width))
+    keep = np.zeros((2, rows.counts.size, width))
+    for position in range(int(counts.max(initial=0))):
+        a = requests[position < counts]
+        temperature = rows.temperature[a]
+        logits, draft_logits, ids = (
+            rows.target_rows(a, position),
+            rows.draft_rows(a, position),
+            rows.draft_ids(a, position),
+        )
+        bounds = log_weight[:, a, position]
+        if position:
+            keep[:, a, position] = block_keep_bounds(np.exp(bounds), logits, draft_logits, temperature, ids)
+        log_ratio = np.stack(ratio_bounds(logits, draft_logits, temperature, ids))
+        log_weight[:, a, position + 1] = clamped_sum(bounds, log_ratio)
+    keep[:, requests, counts] = np.exp(log_weight[:, requests, counts])
+    return log_weight, keep
+
+
+# ---------------------------------------------------------------------------------------------
+# The walk's record, and the pass that judges it
+
+
+@dataclass(frozen=True)
+class ExactDecision:
+    """Decisions at ``position`` of ``requests`` that compare exact values (a greedy row's argmax
+    test, a synthetic acceptance): no rounding flips them."""
+
+    requests: I64Array
+    position: int
+
+
+@dataclass(frozen=True)
+class AcceptanceTest:
+    """The tests ``p(d) > u q(d)`` at ``position`` of ``requests``, of drafts ``ids`` with uniforms ``u``."""
+
+    requests: I64Array
+    position: int
+    ids: I64Array
+    u: F64Array
+
+
+@dataclass(frozen=True)
+class Draw:
+    """The tokens ``choice`` drawn with ``noise`` at target row ``row`` of ``requests``, emitted at
+    ``position``.
+
+    Drawn from the target law, or, for the drafts ``residual_of``, from the residual
+    ``max(w p - q, 0)`` of each draft (``w`` block verification's ``weight``, 1 by default; a
+    placeholder's is ``p``).
+    """
+
+    requests: I64Array
+    position: int | I64Array
+    row: int | I64Array
+    choice: I64Array
+    noise: Noise
+    residual_of: I64Array | None = None
+    weight: F64Array | None = None
+
+
+@dataclass(frozen=True)
+class Keep:
+    """Block verification's decisions ``eta_i < h_i`` at index ``index`` of ``requests``: their
+    uniforms ``eta`` and which ones kept it."""
+
+    requests: I64Array
+    index: int
+    eta: F64Array
+    kept: BoolArray
+
+
+Decision = ExactDecision | AcceptanceTest | Draw | Keep
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """What the model makes of a record: ``near [B, W]``, whether a decision at each emitted
+    position could flip under float32 rounding, and ``num_decisions``, the decisions recorded."""
+
+    near: BoolArray
+    num_decisions: int
+
+
+def judge(rows: BatchRows, record: Sequence[Decision], width: int) -> Judgement:
+    """One pass over the walk's ``record`` of ``rows``: which emitted positions (``width`` per
+    request) hold a near tie.
+
+    An acceptance test or a draw that could flip makes its own position near; block verification's
+    keep decisions make the span from the largest index surely kept to ``m`` near.
+    """
+    near = np.zeros((rows.counts.size, width), dtype=bool)
+    keeps = [d for d in record if isinstance(d, Keep)]
+    verified = np.unique(np.concatenate([k.requests for k in keeps])) if keeps else np.zeros(0, np.int64)
+    log_weight, keep = block_bounds(rows, verified, width)
+    # Block verification: the largest index surely kept, possibly kept, and kept (m), per request.
+    surely, possibly, accepted = np.zeros((3, rows.counts.size), dtype=np.int64)
+    for decision in record:
+        if isinstance(decision, AcceptanceTest):
+            a, at = decision.requests, decision.position
+            near[a, at] |= acceptance_near(
+                rows.target_rows(a, at), rows.draft_rows(a, at), rows.temperature[a], decision.ids, decision.u
+            )
+        elif isinstance(decision, Draw):
+            near[decision.requests, decision.position] |= _draw_near(rows, decision, log_weight)
+        elif isinstance(decision, Keep):
+            a, i, eta = decision.requests, decision.index, decision.eta
+            exact = rows.temperature[a] == 0.0
+            sure = decision.kept & (exact | (eta < keep[0, a, i]))
+            maybe = decision.kept | (~exact & (eta < keep[1, a, i]))
+            # A request's keep decisions come in increasing index: each of these ends at the largest.
+            surely[a[sure]], possibly[a[maybe]], accepted[a[decision.kept]] = i, i, i
+    column = np.arange(width)[None, :]
+    span = (column >= surely[:, None]) & (column <= accepted[:, None])
+    near |= (surely < possibly)[:, None] & span
+    return Judgement(near, sum(d.requests.size for d in record))
+
+
+def _draw_near(rows: BatchRows, draw: Draw, log_weight: F64Array) -> BoolArray:
+    """Whether each of ``draw``'s tokens could flip (``log_weight``: `block_bounds`, for a weighted
+    residual's tolerance)."""
+    a, row, choice, noise = draw.requests, draw.row, draw.choice, draw.noise
+    logits, temperature = rows.target_rows(a, row), rows.temperature[a]
+    if draw.residual_of is None:
+        return draw_near(choice, logits, temperature, noise)
+    ids, spread = draw.residual_of, None
+    if draw.weight is not None:
+        # How far a kernel's log w may lie from the walk's w.
+        with np.errstate(divide="ignore", invalid="ignore"):
+            spread = np.abs(log_weight[:, a, row] - np.log(draw.weight)).max(axis=0)
+        spread = np.where(draw.weight > 0, spread, 0.0)
+    safe = np.maximum(ids, 0)
+    near = residual_near(
+        choice, logits, rows.draft_rows(a, row), temperature, safe, noise, draw.weight, spread
+    )
+    if (ids < 0).any():
+        near = np.where(ids >= 0, near, draw_near(choice, logits, temperature, noise))
+    return np.asarray(near)

@@ -1,4 +1,4 @@
-"""The walk: every exact Python sampler of the harness, vectorised over a batch, with its near ties.
+"""The walk: every exact Python sampler of the harness, vectorised over a batch, and its decisions.
 
 `Walk` samples a batch in float64 from a random scheme's uniforms (`reference.schemes`), position
 by position over all requests at once, with the rules of `reference.methods`. It is what the
@@ -14,15 +14,16 @@ row, `Walk.rejection_row` or `Walk.bonus_row`, `Walk.sample` or `Walk.rejection_
 ``i - 1``; ``m`` is the largest ``i`` kept); then `Walk.block_bonus` and `Walk.bonus_row`, or
 `Walk.block_residual` at row ``m``, and `Walk.sample`.
 
-Beside the output, the walk marks every emitted position whose decision float32 arithmetic could
-flip: a *near tie* (`reference.near_ties` holds the model). For block verification a decision
-``eta_i < h_i`` that could flip may move ``m`` anywhere between the largest index surely kept and
-the largest possibly kept, so every emitted position from the first of those to ``m`` is near.
+Beside the output, the walk records every decision it makes (`reference.near_ties.Decision`: the
+acceptance tests, the draws with their noise, block verification's keep decisions, the comparisons of
+exact values). After each chunk of requests the near-tie model reads that record in one pass
+(`reference.near_ties.judge`) and marks every emitted position whose decision float32 arithmetic
+could flip: a *near tie*.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -32,7 +33,7 @@ from . import block
 from .contract import SpecBatch, SpecOutput
 from .law import BatchRows, F64Array, I64Array, greedy_token, one_hot, row_probs, token_logprobs
 from .methods import METHODS, Method
-from .near_ties import BoolArray, acceptance_near, block_keep_bounds, draw_near, ratio_bounds, residual_near
+from .near_ties import AcceptanceTest, BoolArray, Decision, Draw, ExactDecision, Keep, judge
 from .schemes import CANONICAL, Noise, RandomScheme, draw
 
 DEFAULT_MAX_ELEMENTS = 1 << 22
@@ -61,7 +62,7 @@ class WalkResult:
 
 @dataclass
 class _Chunk:
-    """The state of a walk over some requests: what each one emitted so far, and its near ties."""
+    """The state of a walk over some requests: what each one emitted so far, and the decisions made."""
 
     requests: I64Array
     tokens: I64Array
@@ -70,22 +71,21 @@ class _Chunk:
     walking: BoolArray
     sampled: I64Array  # [A, W] the row samples drawn to decide (strict), -1 elsewhere
     accept_u: F64Array  # [A, W] the acceptance uniforms of the positions decided
-    near: BoolArray
     weights: F64Array  # [A, W] block verification's weights w_i (1 for the other methods)
-    weight_tolerance: F64Array  # [A, W] how far a float32 kernel's log w_i may lie from it
-    decisions: int = 0
+    record: list[Decision] = field(default_factory=list)
 
 
 class Walk:
     """Sampling in float64 from ``scheme``'s uniforms, with overridable stages (see the module
-    docstring), in chunks of requests of at most ``max_elements`` logits per position."""
+    docstring), in chunks of requests of at most ``max_elements`` logits per position (in all, for
+    a method that samples every row: a chunk's record holds the noise of every row it drew from)."""
 
     def __init__(self, scheme: RandomScheme = CANONICAL, max_elements: int = DEFAULT_MAX_ELEMENTS) -> None:
         self.scheme = scheme
         self.max_elements = max_elements
 
     def run(self, batch: SpecBatch) -> WalkResult:
-        """Sample ``batch``; return the output and its near ties."""
+        """Sample ``batch``; return the output and its near ties, judged from each chunk's record."""
         rows = self.read(batch)
         method = self.method(rows.method)
         num_requests, vocab_size = batch.num_requests, batch.vocab_size
@@ -94,7 +94,10 @@ class Walk:
         logprobs = np.full((num_requests, width), np.nan, dtype=np.float32)
         accepted = np.zeros(num_requests, dtype=np.int64)
         near = np.zeros((num_requests, width), dtype=bool)
-        size = max(1, self.max_elements // max(vocab_size, 1))
+        # A chunk's record holds the noise of each row drawn from until the chunk is judged, and a
+        # method that decides by sampling draws from every row it reaches.
+        held_rows = width if method.decides_by_sampling else 1
+        size = max(1, self.max_elements // max(vocab_size * held_rows, 1))
         decisions = 0
         for start in range(0, num_requests, size):
             part = slice(start, start + size)  # the chunk writes its requests' share of the output
@@ -107,9 +110,7 @@ class Walk:
                 walking=np.ones(requests.size, dtype=bool),
                 sampled=np.full((requests.size, width), -1, dtype=np.int64),
                 accept_u=np.zeros((requests.size, width)),
-                near=near[part],
                 weights=np.ones((requests.size, width)),
-                weight_tolerance=np.zeros((requests.size, width)),
             )
             if method.verifies_jointly:
                 self._verify_block(rows, chunk)
@@ -117,7 +118,9 @@ class Walk:
             else:
                 self._decide_drafts(rows, method, chunk)
                 self._emit(rows, method, chunk)
-            decisions += chunk.decisions
+            judged = judge(rows, chunk.record, width)
+            near |= judged.near
+            decisions += judged.num_decisions
         output = self.pack(rows, tokens, accepted + 1, logprobs)
         return WalkResult(output=output, near=near, num_decisions=decisions)
 
@@ -225,15 +228,23 @@ class Walk:
         return self.scheme.gumbel_noise(rows.seed[requests], rows.step[requests], position, vocab_size)
 
     def _draw(
-        self, rows: BatchRows, requests: I64Array, row: I64Array, temperature: F64Array, whole_row: bool
-    ) -> tuple[I64Array, BoolArray]:
-        """Draws from the target law at ``row`` of each request (over the whole row by Gumbel-max
-        if ``whole_row``, as strict rows draw), and their near ties."""
+        self,
+        rows: BatchRows,
+        chunk: _Chunk,
+        local: I64Array,
+        row: I64Array,
+        position: I64Array,
+        whole_row: bool,
+    ) -> I64Array:
+        """Draws from the target law at ``row`` of the requests ``local`` of ``chunk``, emitted at
+        ``position`` (over the whole row by Gumbel-max if ``whole_row``, as strict rows draw)."""
+        requests = chunk.requests[local]
         noise = self._noise(rows, requests, row)
         noise = noise.whole_row() if whole_row else noise
-        logits = rows.target_rows(requests, row)
-        tokens = self.sample(self.target_law(logits, temperature), noise)
-        return tokens, draw_near(tokens, logits, temperature, noise)
+        law = self.target_law(rows.target_rows(requests, row), rows.temperature[requests])
+        tokens = self.sample(law, noise)
+        chunk.record.append(Draw(requests, position, row, tokens, noise))
+        return tokens
 
     def _decide_drafts(self, rows: BatchRows, method: Method, chunk: _Chunk) -> None:
         """Decide each request's drafts in order until it stops walking."""
@@ -247,37 +258,32 @@ class Walk:
             logits = rows.target_rows(a, position)
             p = self.target_law(logits, temperature)
             ids = rows.draft_ids(a, position)
-            draft_logits = rows.draft_rows(a, position)
-            q = self.draft_law(draft_logits, temperature, ids)
+            q = self.draft_law(rows.draft_rows(a, position), temperature, ids)
             u = self.accept_uniforms(rows.seed[a], rows.step[a], position)
             chunk.accept_u[local, position] = u
             p_draft, q_draft, real = self.draft_probs(p, q, ids)
             by_argmax = (temperature == 0.0) & method.greedy_accepts_argmax
             accept = by_argmax & real & (ids == greedy_token(logits))
-            near = np.zeros(local.size, dtype=bool)
+            chunk.record.append(ExactDecision(a[by_argmax], position))
             if method.decides_by_sampling:
                 s = np.nonzero(~by_argmax)[0]
                 noise = self._noise(rows, a[s], position).whole_row()
                 sampled = self.sample(p[s], noise)
                 chunk.sampled[local[s], position] = sampled
                 accept[s] = real[s] & (sampled == ids[s])
-                near[s] = draw_near(sampled, logits[s], temperature[s], noise)
-                chunk.decisions += local.size
+                chunk.record.append(Draw(a[s], position, position, sampled, noise))
             else:
+                # A placeholder is rejected untested, except by a method that decides every row
+                # (synthetic sampling), so only the rows tested are recorded as decisions.
                 s = np.nonzero(~by_argmax & (real | (not method.greedy_accepts_argmax)))[0]
                 rate = self.synthetic_rate(rows.rates, position)
                 accept[s] = real[s] & self.decide(method, p_draft[s], q_draft[s], u[s], rate)
-                if not method.exact_decision:
-                    d = draft_logits[s] if draft_logits is not None else None
-                    near[s] = acceptance_near(logits[s], d, temperature[s], ids[s], u[s])
-                    chunk.decisions += int(np.sum(by_argmax)) + s.size
-                else:
-                    chunk.decisions += local.size
+                tested = AcceptanceTest(a[s], position, ids[s], u[s])
+                chunk.record.append(ExactDecision(a[s], position) if method.exact_decision else tested)
             chunk.tokens[local[accept], position] = ids[accept]
             chunk.logprobs[local[accept], position] = token_logprobs(
                 logits[accept], temperature[accept], ids[accept]
             )
-            chunk.near[local, position] = near
             chunk.accepted[local] += accept
             chunk.walking[local] = self.keep_walking(accept)
 
@@ -290,47 +296,39 @@ class Walk:
         ids = rows.draft_ids(requests, m)
         bonus = m >= counts
         final = greedy_token(logits)
-        near = np.zeros(requests.size, dtype=bool)
         drawn = temperature > 0.0
         by_sample = drawn & ~bonus & method.decides_by_sampling
         final[by_sample] = chunk.sampled[np.nonzero(by_sample)[0], m[by_sample]]
         rejected = drawn & ~bonus & (ids >= 0) & (not method.decides_by_sampling)
         plain = drawn & ~by_sample & ~rejected
-        chunk.decisions += int(np.sum(plain | rejected))
         if plain.any():
             s = np.nonzero(plain)[0]
             row = np.where(bonus[s], self.bonus_row(counts[s]), m[s])
-            final[s], near[s] = self._draw(rows, requests[s], row, temperature[s], method.decides_by_sampling)
+            final[s] = self._draw(rows, chunk, s, row, m[s], method.decides_by_sampling)
         if rejected.any():
             s = np.nonzero(rejected)[0]
             row = self.rejection_row(m[s])
             noise = self._noise(rows, requests[s], m[s])
-            row_logits = rows.target_rows(requests[s], row)
-            p = self.target_law(row_logits, temperature[s])
-            draft_logits = rows.draft_rows(requests[s], row)
-            q = self.draft_law(draft_logits, temperature[s], ids[s])
+            p = self.target_law(rows.target_rows(requests[s], row), temperature[s])
+            q = self.draft_law(rows.draft_rows(requests[s], row), temperature[s], ids[s])
             q_full = q if q is not None else one_hot(ids[s], p.shape[1])
             final[s] = self.rejection_token(method, p, q_full, ids[s], noise, chunk.accept_u[s, m[s]])
-            if method.uses_draft_law:
-                near[s] = residual_near(final[s], row_logits, draft_logits, temperature[s], ids[s], noise)
-            else:
-                near[s] = draw_near(final[s], logits[s], temperature[s], noise)
+            residual_of = ids[s] if method.uses_draft_law else None
+            chunk.record.append(Draw(requests[s], m[s], row, final[s], noise, residual_of))
         index = np.arange(requests.size)
         chunk.tokens[index, m] = final
         chunk.logprobs[index, m] = token_logprobs(logits, temperature, final)
-        chunk.near[index, m] |= near
 
     def _block_rows(
         self, rows: BatchRows, requests: I64Array, position: npt.ArrayLike
-    ) -> tuple[F64Array, F64Array | None, F64Array, F64Array, I64Array]:
-        """Row ``position`` of each request: target logits, draft logits, ``p``, block's ``q``, drafts."""
+    ) -> tuple[F64Array, F64Array, F64Array, I64Array]:
+        """Row ``position`` of each request: target logits, ``p``, block verification's ``q``, drafts."""
         temperature = rows.temperature[requests]
         logits = rows.target_rows(requests, position)
         ids = rows.draft_ids(requests, position)
-        draft_logits = rows.draft_rows(requests, position)
-        q = self.draft_law(draft_logits, temperature, ids)
+        q = self.draft_law(rows.draft_rows(requests, position), temperature, ids)
         q_block = block.draft_laws(one_hot(ids, logits.shape[1]) if q is None else q, ids)
-        return logits, draft_logits, self.target_law(logits, temperature), q_block, ids
+        return logits, self.target_law(logits, temperature), q_block, ids
 
     def _verify_block(self, rows: BatchRows, chunk: _Chunk) -> None:
         """Block verification: every request's weights and keep decisions, then ``m`` and its drafts."""
@@ -338,55 +336,36 @@ class Walk:
         counts = rows.counts[requests]
         width = chunk.tokens.shape[1]
         weight = np.ones(requests.size)
-        log_weight = np.zeros((2, requests.size))  # bounds of log w_i a float32 kernel may hold
-        surely, possibly = np.zeros((2, requests.size), dtype=np.int64)  # largest index surely / maybe kept
         drafts = np.full((requests.size, width), -1, dtype=np.int64)
         draft_logprobs = np.full((requests.size, width), np.nan, dtype=np.float32)
         for position in range(int(counts.max(initial=0))):
             local = np.nonzero(position < counts)[0]
             temperature = rows.temperature[requests[local]]
-            logits, draft_logits, p, q, ids = self._block_rows(rows, requests[local], position)
+            logits, p, q, ids = self._block_rows(rows, requests[local], position)
             chunk.weights[local, position] = weight[local]
-            with np.errstate(divide="ignore", invalid="ignore"):
-                spread = np.abs(log_weight[:, local] - np.log(weight[local])).max(axis=0)
-            chunk.weight_tolerance[local, position] = np.where(weight[local] > 0, spread, 0.0)
             drafts[local, position] = ids
             draft_logprobs[local, position] = token_logprobs(logits, temperature, ids)
             if position:
-                keep = self.keep_probability(weight[local], p, q)
-                bounds = block_keep_bounds(
-                    np.exp(log_weight[:, local]), logits, draft_logits, temperature, ids
-                )
-                sure, maybe = self._keep_decision(rows, chunk, local, position, keep, bounds)
-                surely[local[sure]], possibly[local[maybe]] = position, position
+                self._keep_decision(rows, chunk, local, position, self.keep_probability(weight[local], p, q))
             p_draft, q_draft, real = self.draft_probs(p, q, ids)
             weight[local] = self.block_weight(weight[local], p_draft, q_draft, real)
-            log_ratio = np.stack(ratio_bounds(logits, draft_logits, temperature, ids))
-            log_weight[:, local] = _clamped_sum(log_weight[:, local], log_ratio)
             last = local[position + 1 == counts[local]]  # h_n = w_n
             if last.size:
-                bounds = np.exp(log_weight[:, last])
-                sure, maybe = self._keep_decision(rows, chunk, last, position + 1, weight[last], bounds)
-                surely[last[sure]], possibly[last[maybe]] = position + 1, position + 1
+                self._keep_decision(rows, chunk, last, position + 1, weight[last])
         column = np.arange(width)[None, :]
         inside = column < chunk.accepted[:, None]
         chunk.tokens[inside] = drafts[inside]
         chunk.logprobs[inside] = draft_logprobs[inside]
-        span = (column >= surely[:, None]) & (column <= chunk.accepted[:, None])
-        chunk.near |= (surely < possibly)[:, None] & span
 
     def _keep_decision(
-        self, rows: BatchRows, chunk: _Chunk, local: I64Array, index: int, keep: F64Array, bounds: F64Array
-    ) -> tuple[BoolArray, BoolArray]:
-        """Decide index ``index`` of the requests ``local`` (``eta_i < h_i``); return where a float32
-        kernel keeps it surely (``eta_i`` below ``bounds[0]``) and possibly (below ``bounds[1]``)."""
+        self, rows: BatchRows, chunk: _Chunk, local: I64Array, index: int, keep: F64Array
+    ) -> None:
+        """Decide index ``index`` of the requests ``local`` (``eta_i < h_i``)."""
         a = chunk.requests[local]
         eta = self.accept_uniforms(rows.seed[a], rows.step[a], index - 1)
         kept = self.keeps(keep, eta)
-        exact = rows.temperature[a] == 0.0
         chunk.accepted[local[kept]] = index
-        chunk.decisions += local.size
-        return kept & (exact | (eta < bounds[0])), kept | (~exact & (eta < bounds[1]))
+        chunk.record.append(Keep(a, index, eta, kept))
 
     def _emit_block(self, rows: BatchRows, chunk: _Chunk) -> None:
         """Block verification's token after the ``m`` kept drafts: the bonus, or the weighted residual."""
@@ -395,34 +374,21 @@ class Walk:
         temperature = rows.temperature[requests]
         bonus = self.block_bonus(m, counts)
         row = np.where(bonus, self.bonus_row(counts), m)
-        logits = rows.target_rows(requests, row)
-        final = greedy_token(logits)
-        near = np.zeros(requests.size, dtype=bool)
+        final = greedy_token(rows.target_rows(requests, row))
         drawn = temperature > 0.0
-        chunk.decisions += int(np.sum(drawn))
         if (drawn & bonus).any():
             s = np.nonzero(drawn & bonus)[0]
-            final[s], near[s] = self._draw(rows, requests[s], row[s], temperature[s], whole_row=False)
+            final[s] = self._draw(rows, chunk, s, row[s], m[s], whole_row=False)
         if (drawn & ~bonus).any():
             s = np.nonzero(drawn & ~bonus)[0]
-            target_logits, draft_logits, p, q, ids = self._block_rows(rows, requests[s], row[s])
+            _, p, q, ids = self._block_rows(rows, requests[s], row[s])
             noise = self._noise(rows, requests[s], row[s])
-            weight, spread = chunk.weights[s, row[s]], chunk.weight_tolerance[s, row[s]]
+            weight = chunk.weights[s, row[s]]
             final[s] = self.sample(self.block_residual(weight, p, q), noise)
-            t, safe = temperature[s], np.maximum(ids, 0)
-            weighted = residual_near(final[s], target_logits, draft_logits, t, safe, noise, weight, spread)
-            near[s] = np.where(ids >= 0, weighted, draw_near(final[s], target_logits, t, noise))
+            chunk.record.append(Draw(requests[s], m[s], row[s], final[s], noise, ids, weight))
         index = np.arange(requests.size)
         chunk.tokens[index, m] = final
         chunk.logprobs[index, m] = token_logprobs(rows.target_rows(requests, m), temperature, final)
-        chunk.near[index, m] |= near
-
-
-def _clamped_sum(log_weight: F64Array, log_ratio: F64Array) -> F64Array:
-    """``log min(1, w r)`` elementwise from ``log w`` and ``log r``; a weight of 0 stays 0."""
-    with np.errstate(invalid="ignore"):
-        total = np.minimum(0.0, log_weight + log_ratio)
-    return np.where(np.isneginf(log_weight) | np.isneginf(log_ratio), -np.inf, total)
 
 
 class WalkSampler(Walk):

@@ -12,7 +12,8 @@
 Each check is a `Check` (a name, `Check.applies`, `Check.run` returning a `Verdict`) registered in
 `CHECKS`. Every statistical verdict has false-failure rate ``alpha`` (Holm's procedure splits it
 across the check's tests) and states the smallest deviation it detects with power 0.999, with its
-unit. ``seed`` derives every random choice, so a verdict replays exactly.
+unit. ``seed`` derives every random choice, so a verdict replays exactly. `run_checks` computes the
+batch's exact law once (`CheckedBatch`) for every check that reads it.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from specsample.properties.checks.base import (
     DEFAULT_ALPHA,
     DEFAULT_NUM_SAMPLES,
     Check,
+    CheckedBatch,
     Deviation,
     Settings,
     Trials,
@@ -47,7 +49,7 @@ from specsample.properties.checks.base import (
     draw_trials,
     failed_call,
 )
-from specsample.reference.contract import SpecBatch, Variant
+from specsample.reference.contract import SpecBatch, Variant, capabilities
 
 CHECKS: dict[str, Check] = {
     check.name: check
@@ -96,8 +98,9 @@ def run_checks(
     """Run ``checks`` (names from `CHECKS`, run in that order) of ``variant`` on ``batch``.
 
     The checks that share trials draw one set of ``num_samples`` trials per request (their variant
-    time is charged to the first of them); the others make their own calls. Checks that do not
-    apply are left out. Each verdict has false-failure rate ``alpha``; ``seed`` derives every random
+    time is charged to the first of them); the others make their own calls. Every check reads the
+    one `CheckedBatch` of ``batch``, so its exact law is computed once. Checks that do not apply are
+    left out. Each verdict has false-failure rate ``alpha``; ``seed`` derives every random
     choice; a clean verdict below the power of ``required_samples`` trials per request (default:
     ``num_samples``) is inconclusive.
     """
@@ -117,8 +120,9 @@ def run_checks(
             verdicts += [failed_call(c.name, variant, error, time.perf_counter() - start) for c in sharing]
             wanted = [c for c in wanted if not c.shares_trials]
     options = dict(num_samples=num_samples, alpha=alpha, seed=seed, required_samples=required_samples)
+    checked = CheckedBatch(batch, capabilities(variant).arithmetic)
     for unit in wanted:
-        verdict = unit.run(variant, batch, trials=shared if unit.shares_trials else None, **options)
+        verdict = unit.run(variant, checked, trials=shared if unit.shares_trials else None, **options)
         if shared is not None and unit is sharing[0]:
             verdict = dataclasses.replace(verdict, seconds=verdict.seconds + shared.seconds)
         verdicts.append(verdict)
@@ -203,6 +207,7 @@ def discrepancy(verdicts: Sequence[Verdict]) -> float:
 __all__ = [
     "CHECKS",
     "Check",
+    "CheckedBatch",
     "Deviation",
     "Trials",
     "Verdict",

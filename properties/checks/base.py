@@ -1,14 +1,16 @@
-"""What every check shares: the verdict, the interface, repeated trials, and Holm's combination.
+"""What every check shares: the verdict, the interface, the batch's law, repeated trials, Holm's combination.
 
 A check runs a variant on repeated trials of a batch: every request is replicated ``N`` times with
 fresh seeds (its step and inputs unchanged), so one variant call gives ``N`` independent samples of
 each request. Each check is one module of this package with one `Check` object; `Verdict` is what
-every check (and `properties.checks.compare_variants`) returns.
+every check (and `properties.checks.compare_variants`) returns. What the checks derive from the
+batch itself (its exact law) a `CheckedBatch` computes once for all of them.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 import time
@@ -31,6 +33,7 @@ from specsample.reference.contract import (
     capabilities,
     validate_output,
 )
+from specsample.reference.law import RequestInputs, RequestLaw, exact_law, request_inputs
 
 DEFAULT_NUM_SAMPLES = 2000
 DEFAULT_ALPHA = stats.DEFAULT_ALPHA
@@ -115,14 +118,13 @@ class Settings:
     """How a check runs: ``num_samples`` trials per request, the false-failure rate ``alpha``, and
     the ``seed`` every random choice derives from. ``required_samples`` (default: ``num_samples``)
     is the trials per request the profile's power needs: a check that runs fewer and sees nothing
-    wrong is inconclusive. The exact law follows the sampler's ``arithmetic`` (`Capabilities`).
+    wrong is inconclusive.
     """
 
     num_samples: int = DEFAULT_NUM_SAMPLES
     alpha: float = DEFAULT_ALPHA
     seed: int = 0
     required_samples: int | None = None
-    arithmetic: Arithmetic = "log"
 
     def __post_init__(self) -> None:
         if not (isinstance(self.num_samples, int) and self.num_samples >= 1):
@@ -131,6 +133,35 @@ class Settings:
             raise ValueError(f"alpha is {self.alpha!r}; expected a false-failure rate in (0, 1)")
         if self.required_samples is not None and not self.required_samples >= 1:
             raise ValueError(f"required_samples is {self.required_samples!r}; expected an integer >= 1")
+
+
+class CheckedBatch:
+    """A batch under check, and what the checks derive from it, each computed once on first use.
+
+    `run_checks` makes one per batch and hands it to every check it runs, so the batch's exact law
+    is computed once however many checks read it; a check run on its own makes its own. The law
+    follows the sampler's ``arithmetic`` (`reference.contract.Capabilities`).
+    """
+
+    def __init__(self, batch: SpecBatch, arithmetic: Arithmetic = "log") -> None:
+        self.batch = batch
+        self.arithmetic: Arithmetic = arithmetic
+
+    @classmethod
+    def of(cls, batch: SpecBatch | CheckedBatch, arithmetic: Arithmetic = "log") -> CheckedBatch:
+        """``batch`` itself if it is a `CheckedBatch` (which brings its own arithmetic), else a new
+        one of ``batch`` in ``arithmetic``."""
+        return batch if isinstance(batch, CheckedBatch) else cls(batch, arithmetic)
+
+    @functools.cached_property
+    def inputs(self) -> list[RequestInputs]:
+        """Each request's float64 inputs (`reference.law.request_inputs`)."""
+        return request_inputs(self.batch)
+
+    @functools.cached_property
+    def laws(self) -> list[RequestLaw]:
+        """Each request's exact law in the sampler's arithmetic (`reference.law.exact_law`)."""
+        return exact_law(self.batch, self.arithmetic)
 
 
 class Check:
@@ -152,7 +183,7 @@ class Check:
     def run(
         self,
         variant: Variant,
-        batch: SpecBatch,
+        batch: SpecBatch | CheckedBatch,
         *,
         num_samples: int = DEFAULT_NUM_SAMPLES,
         alpha: float = DEFAULT_ALPHA,
@@ -162,14 +193,21 @@ class Check:
     ) -> Verdict:
         """Check ``variant`` on ``batch`` with ``num_samples`` trials per request (or ``trials``).
 
+        ``batch`` may be a `CheckedBatch` that other checks share (in the variant's arithmetic).
         The verdict's time includes the variant calls the check makes; a variant that raises fails
         it; a clean verdict below the power of ``required_samples`` trials is inconclusive.
         """
         start = time.perf_counter()
         arithmetic = capabilities(variant).arithmetic
-        settings = Settings(num_samples, alpha, seed, required_samples, arithmetic)
+        checked = CheckedBatch.of(batch, arithmetic)
+        if checked.arithmetic != arithmetic:
+            raise ValueError(
+                f"batch holds its exact law in arithmetic {checked.arithmetic!r}; "
+                f"expected {variant.name}'s {arithmetic!r}"
+            )
+        settings = Settings(num_samples, alpha, seed, required_samples)
         try:
-            verdict = self.verdict(variant, batch, settings, trials)
+            verdict = self.verdict(variant, checked, settings, trials)
         except VariantError as error:
             verdict = failed_call(self.name, variant, error)
         if verdict.passed and (reason := self.starved(verdict, settings)):
@@ -187,7 +225,7 @@ class Check:
         return None
 
     def verdict(
-        self, variant: Variant, batch: SpecBatch, settings: Settings, trials: Trials | None
+        self, variant: Variant, checked: CheckedBatch, settings: Settings, trials: Trials | None
     ) -> Verdict:
         """The check itself (`run` times it and turns a raising variant into a failed verdict)."""
         raise NotImplementedError
@@ -199,23 +237,24 @@ class StatisticalCheck(Check):
     The verdict fails iff the smallest Holm-adjusted p-value is below ``alpha``.
     """
 
-    def draw(self, variant: Variant, batch: SpecBatch, settings: Settings) -> Trials:
+    def draw(self, variant: Variant, checked: CheckedBatch, settings: Settings) -> Trials:
         """The trials the tests run on."""
-        return draw_trials(variant, batch, settings.num_samples, settings.seed)
+        return draw_trials(variant, checked.batch, settings.num_samples, settings.seed)
 
     def components(
-        self, batch: SpecBatch, trials: Trials, settings: Settings
+        self, checked: CheckedBatch, trials: Trials, settings: Settings
     ) -> tuple[list[Component], Deviation]:
         """The tests at level ``settings.alpha``, and the deviation they detect with power 0.999."""
         raise NotImplementedError
 
     def verdict(
-        self, variant: Variant, batch: SpecBatch, settings: Settings, trials: Trials | None
+        self, variant: Variant, checked: CheckedBatch, settings: Settings, trials: Trials | None
     ) -> Verdict:
         """Holm's combination of `components` on the trials."""
-        trials = trials or self.draw(variant, batch, settings)
+        batch = checked.batch
+        trials = trials or self.draw(variant, checked, settings)
         alpha = settings.alpha
-        tests, detectable = self.components(batch, trials, settings)
+        tests, detectable = self.components(checked, trials, settings)
         summary = f"{batch.num_requests} requests x {trials.num_trials} trials"
         common = dict(
             check=self.name,
@@ -547,9 +586,10 @@ class InvarianceCheck(Check):
         raise NotImplementedError
 
     def verdict(
-        self, variant: Variant, batch: SpecBatch, settings: Settings, trials: Trials | None
+        self, variant: Variant, checked: CheckedBatch, settings: Settings, trials: Trials | None
     ) -> Verdict:
         """Compare the two calls request by request; ``alpha`` and ``trials`` are unused."""
+        batch = checked.batch
         per_request = max(1, min(settings.num_samples, INVARIANCE_TRIALS))
         index = np.repeat(np.arange(batch.num_requests), per_request)
         subject = select_requests(batch, index, seed=trial_seeds(settings.seed, "invariance", index.size))

@@ -17,7 +17,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specsample.properties.batching import select_requests
-from specsample.properties.checks.base import Check, Settings, Trials, Verdict, draw_trials, exact_verdict
+from specsample.properties.checks.base import (
+    Check,
+    CheckedBatch,
+    Settings,
+    Trials,
+    Verdict,
+    draw_trials,
+    exact_verdict,
+)
 from specsample.properties.checks.invariants import logprob_ok
 from specsample.reference.contract import SpecBatch, SpecOutput, Variant
 from specsample.reference.near_ties import log_law
@@ -143,10 +151,11 @@ class Coupled(Check):
         return getattr(variant, "streams", None) is not None
 
     def verdict(
-        self, variant: Variant, batch: SpecBatch, settings: Settings, trials: Trials | None
+        self, variant: Variant, checked: CheckedBatch, settings: Settings, trials: Trials | None
     ) -> Verdict:
         """Compare the first trials of each request; ``alpha`` is unused; ``detectable``: the
         per-sample disagreement rate seen with probability 0.999."""
+        batch = checked.batch
         trials = trials or draw_trials(variant, batch, settings.num_samples, settings.seed)
         logits_per_trial = batch.num_requests * batch.vocab_size * (batch.resolved_max_num_drafts() + 1)
         per_request = max(1, min(trials.num_trials, self.max_elements // logits_per_trial))

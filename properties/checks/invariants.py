@@ -19,9 +19,17 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from specsample.properties.checks.base import Check, Settings, Trials, Verdict, draw_trials, exact_verdict
+from specsample.properties.checks.base import (
+    Check,
+    CheckedBatch,
+    Settings,
+    Trials,
+    Verdict,
+    draw_trials,
+    exact_verdict,
+)
 from specsample.reference.contract import Arithmetic, SpecBatch, SpecOutput, Variant
-from specsample.reference.law import RequestInputs, RequestLaw, exact_law, greedy_token, request_inputs
+from specsample.reference.law import RequestInputs, RequestLaw, greedy_token
 from specsample.reference.methods import METHODS, Method
 from specsample.reference.near_ties import LOG_SUBNORMAL, log_law
 
@@ -110,26 +118,28 @@ class Violations:
 
 
 def find_violations(
-    batch: SpecBatch,
+    batch: SpecBatch | CheckedBatch,
     output: SpecOutput,
     num_trials: int = 1,
     problems: list[str] | None = None,
     limit: int = 20,
     arithmetic: Arithmetic = "log",
 ) -> Violations:
-    """The invariants ``output`` breaks; its rows are ``num_trials`` samples of each request of ``batch``."""
-    method = METHODS[batch.method]
+    """The invariants ``output`` breaks; its rows are ``num_trials`` samples of each request of ``batch``
+    (whose law is the one in ``arithmetic``, or the one a `CheckedBatch` holds)."""
+    checked = CheckedBatch.of(batch, arithmetic)
+    method = METHODS[checked.batch.method]
     descriptions = list(problems or [])
     first = (None, None, descriptions[0]) if descriptions else None
     count = len(descriptions)
     tokens_all = output.token_ids.detach().cpu().numpy().astype(np.int64)
     emitted_all = output.num_emitted.detach().cpu().numpy().astype(np.int64)
     logprobs = None if output.logprobs is None else output.logprobs.detach().cpu().numpy()
-    for b, (inputs, law) in enumerate(zip(request_inputs(batch), exact_law(batch, arithmetic), strict=True)):
+    for b, (inputs, law) in enumerate(zip(checked.inputs, checked.laws, strict=True)):
         rows = slice(b * num_trials, (b + 1) * num_trials)
         tokens, emitted = tokens_all[rows], emitted_all[rows]
         lp = None if logprobs is None else logprobs[rows]
-        broken = broken_invariants(method, batch.vocab_size, inputs, law, tokens, emitted, lp)
+        broken = broken_invariants(method, checked.batch.vocab_size, inputs, law, tokens, emitted, lp)
         bad = np.logical_or.reduce(list(broken.values()))
         count += int(bad.sum())
         for t in np.nonzero(bad)[0][: max(0, limit - len(descriptions))]:
@@ -157,14 +167,12 @@ class Invariants(Check):
     name = "invariants"
 
     def verdict(
-        self, variant: Variant, batch: SpecBatch, settings: Settings, trials: Trials | None
+        self, variant: Variant, checked: CheckedBatch, settings: Settings, trials: Trials | None
     ) -> Verdict:
         """Check every trial; ``alpha`` is unused."""
-        trials = trials or draw_trials(variant, batch, settings.num_samples, settings.seed)
-        found = find_violations(
-            batch, trials.output, trials.num_trials, trials.problems, limit=1, arithmetic=settings.arithmetic
-        )
-        total = batch.num_requests * trials.num_trials
+        trials = trials or draw_trials(variant, checked.batch, settings.num_samples, settings.seed)
+        found = find_violations(checked, trials.output, trials.num_trials, trials.problems, limit=1)
+        total = checked.batch.num_requests * trials.num_trials
         request, position, text = found.first or (None, None, "")
         return exact_verdict(
             self.name,

@@ -14,18 +14,25 @@ import math
 import numpy as np
 
 from specsample.properties import stats
-from specsample.properties.checks.base import Component, Deviation, Settings, StatisticalCheck, Trials
+from specsample.properties.checks.base import (
+    CheckedBatch,
+    Component,
+    Deviation,
+    Settings,
+    StatisticalCheck,
+    Trials,
+)
 from specsample.reference.contract import Arithmetic, SpecBatch
-from specsample.reference.law import exact_law
 
 
 def components(
-    batch: SpecBatch, trials: Trials, alpha: float, arithmetic: Arithmetic = "log"
+    batch: SpecBatch | CheckedBatch, trials: Trials, alpha: float, arithmetic: Arithmetic = "log"
 ) -> tuple[list[Component], Deviation]:
-    """The exact binomial tests of the law of m, and the deviation they detect."""
+    """The exact binomial tests of the law of m, and the deviation they detect (the law of
+    ``batch`` in ``arithmetic``, or the one a `CheckedBatch` holds)."""
     tests: list[Component] = []
     cells: list[tuple[int, float]] = []
-    for b, law in enumerate(exact_law(batch, arithmetic)):
+    for b, law in enumerate(CheckedBatch.of(batch, arithmetic).laws):
         _, emitted = trials.request_rows(b)
         n = law.accept_probs.shape[0]
         m = emitted - 1
@@ -61,10 +68,10 @@ class LawOfM(StatisticalCheck):
     name = "law_of_m"
 
     def components(
-        self, batch: SpecBatch, trials: Trials, settings: Settings
+        self, checked: CheckedBatch, trials: Trials, settings: Settings
     ) -> tuple[list[Component], Deviation]:
         """The exact binomial tests of the law of m, and the deviation they detect."""
-        return components(batch, trials, settings.alpha, settings.arithmetic)
+        return components(checked, trials, settings.alpha)
 
 
 CHECK = LawOfM()

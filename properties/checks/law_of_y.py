@@ -16,9 +16,15 @@ import numpy as np
 import numpy.typing as npt
 
 from specsample.properties import stats
-from specsample.properties.checks.base import Component, Deviation, Settings, StatisticalCheck, Trials
+from specsample.properties.checks.base import (
+    CheckedBatch,
+    Component,
+    Deviation,
+    Settings,
+    StatisticalCheck,
+    Trials,
+)
 from specsample.reference.contract import Arithmetic, SpecBatch, Variant
-from specsample.reference.law import exact_law
 
 DEFAULT_BLOCK_SIZE = 4096
 I64Array = npt.NDArray[np.int64]
@@ -43,17 +49,19 @@ def bug_shaped_sets(vocab_size: int, draft: int, block_size: int = DEFAULT_BLOCK
 
 
 def components(
-    batch: SpecBatch,
+    batch: SpecBatch | CheckedBatch,
     trials: Trials,
     alpha: float,
     block_size: int = DEFAULT_BLOCK_SIZE,
     arithmetic: Arithmetic = "log",
 ) -> tuple[list[Component], Deviation]:
-    """The tests of the law of y given m, and the deviation they detect."""
-    vocab_size = batch.vocab_size
+    """The tests of the law of y given m, and the deviation they detect (the law of ``batch`` in
+    ``arithmetic``, or the one a `CheckedBatch` holds)."""
+    checked = CheckedBatch.of(batch, arithmetic)
+    vocab_size = checked.batch.vocab_size
     tests: list[Component] = []
     joints = []
-    for b, law in enumerate(exact_law(batch, arithmetic)):
+    for b, law in enumerate(checked.laws):
         tokens, emitted = trials.request_rows(b)
         n = law.accept_probs.shape[0]
         m = emitted - 1
@@ -106,10 +114,10 @@ class LawOfY(StatisticalCheck):
         self.block_size = block_size
 
     def components(
-        self, batch: SpecBatch, trials: Trials, settings: Settings
+        self, checked: CheckedBatch, trials: Trials, settings: Settings
     ) -> tuple[list[Component], Deviation]:
         """The tests of the law of y given m, and the deviation they detect."""
-        return components(batch, trials, settings.alpha, self.block_size, settings.arithmetic)
+        return components(checked, trials, settings.alpha, self.block_size)
 
 
 CHECK = LawOfY()

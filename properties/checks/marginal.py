@@ -29,6 +29,7 @@ import numpy.typing as npt
 
 from specsample.properties import stats
 from specsample.properties.checks.base import (
+    CheckedBatch,
     Component,
     Deviation,
     Settings,
@@ -38,14 +39,13 @@ from specsample.properties.checks.base import (
     draw_trials,
 )
 from specsample.reference.contract import Arithmetic, SpecBatch, Variant
-from specsample.reference.law import exact_law, request_inputs
 from specsample.reference.methods import METHODS
 
 I64Array = npt.NDArray[np.int64]
 F64Array = npt.NDArray[np.float64]
 
 
-def drafts_from_q(batch: SpecBatch, num_trials: int, seed: int) -> I64Array:
+def drafts_from_q(batch: SpecBatch | CheckedBatch, num_trials: int, seed: int) -> I64Array:
     """Draft ids for ``num_trials`` replicas of each request, drawn from each position's ``q``.
 
     Request-major, as `draw_trials` lays replicas out. One-hot drafts have ``q = onehot(d)``, so they
@@ -54,7 +54,7 @@ def drafts_from_q(batch: SpecBatch, num_trials: int, seed: int) -> I64Array:
     """
     rng = derived_rng(seed, "drafts")
     parts = []
-    for inputs in request_inputs(batch):
+    for inputs in CheckedBatch.of(batch).inputs:
         n = inputs.num_drafts
         ids = np.repeat(inputs.draft_token_ids[None, :], num_trials, axis=0)
         if inputs.draft_logits is not None and n:
@@ -82,35 +82,42 @@ def continued(tokens: I64Array, emitted: I64Array, target: F64Array, rng: np.ran
     return np.asarray(np.where(inside, tokens[:, :rows], fresh), dtype=np.int64)
 
 
-def trial_drafts(batch: SpecBatch, trials: Trials, request: int) -> I64Array:
+def trial_drafts(batch: SpecBatch | CheckedBatch, trials: Trials, request: int) -> I64Array:
     """``[N, n]`` the drafts each trial of ``request`` saw (the batch's own when none were drawn)."""
-    counts = batch.num_drafts()
+    checked = CheckedBatch.of(batch)
+    counts = checked.batch.num_drafts()
     n, num_trials = counts[request], trials.num_trials
     if trials.draft_token_ids is None:
-        own = request_inputs(batch)[request].draft_token_ids
+        own = checked.inputs[request].draft_token_ids
         return np.repeat(own[None, :], num_trials, axis=0)
     start = num_trials * sum(counts[:request])
     return trials.draft_token_ids[start : start + num_trials * n].reshape(num_trials, n)
 
 
 def components(
-    batch: SpecBatch, trials: Trials, alpha: float, arithmetic: Arithmetic = "log", seed: int = 0
+    batch: SpecBatch | CheckedBatch,
+    trials: Trials,
+    alpha: float,
+    arithmetic: Arithmetic = "log",
+    seed: int = 0,
 ) -> tuple[list[Component], Deviation]:
-    """The tests of every position's marginal, and the deviation they detect (``seed`` derives the
-    target's continuation of the outputs of a method that verifies jointly)."""
-    vocab_size = batch.vocab_size
-    joint = METHODS[batch.method].verifies_jointly
+    """The tests of every position's marginal, and the deviation they detect (the law of ``batch``
+    in ``arithmetic``, or the one a `CheckedBatch` holds; ``seed`` derives the target's
+    continuation of the outputs of a method that verifies jointly)."""
+    checked = CheckedBatch.of(batch, arithmetic)
+    vocab_size = checked.batch.vocab_size
+    joint = METHODS[checked.batch.method].verifies_jointly
     rng = derived_rng(seed, "continuation")
     tests: list[Component] = []
     first_rows = []
-    for b, law in enumerate(exact_law(batch, arithmetic)):
+    for b, law in enumerate(checked.laws):
         tokens, emitted = trials.request_rows(b)
         n = law.accept_probs.shape[0]
         emitted = np.clip(emitted, 0, n + 1)
         first_rows.append(law.target_probs[0])
         if joint:
             sequence = continued(tokens, emitted, law.target_probs, rng)
-            drafts = trial_drafts(batch, trials, b)
+            drafts = trial_drafts(checked, trials, b)
         for k in range(n + 1):
             if joint:
                 reached = sequence[np.all(sequence[:, :k] == drafts[:, :k], axis=1), k]
@@ -147,19 +154,19 @@ class Marginal(StatisticalCheck):
         """Only lossless methods keep the target's marginal, and only over more than one token."""
         return METHODS[batch.method].lossless and batch.vocab_size > 1
 
-    def draw(self, variant: Variant, batch: SpecBatch, settings: Settings) -> Trials:
+    def draw(self, variant: Variant, checked: CheckedBatch, settings: Settings) -> Trials:
         """Trials with every trial's drafts drawn afresh from ``q``."""
-        ids = drafts_from_q(batch, settings.num_samples, settings.seed)
+        ids = drafts_from_q(checked, settings.num_samples, settings.seed)
         return draw_trials(
-            variant, batch, settings.num_samples, settings.seed, draft_token_ids=ids, purpose="marginal",
-            max_elements=self.max_elements,
+            variant, checked.batch, settings.num_samples, settings.seed, draft_token_ids=ids,
+            purpose="marginal", max_elements=self.max_elements,
         )  # fmt: skip
 
     def components(
-        self, batch: SpecBatch, trials: Trials, settings: Settings
+        self, checked: CheckedBatch, trials: Trials, settings: Settings
     ) -> tuple[list[Component], Deviation]:
         """The tests of every position's marginal, and the deviation they detect."""
-        return components(batch, trials, settings.alpha, settings.arithmetic, settings.seed)
+        return components(checked, trials, settings.alpha, seed=settings.seed)
 
 
 CHECK = Marginal()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from specsample.properties.checks import law_of_y
 from specsample.properties.checks.base import (
+    CheckedBatch,
     Component,
     Deviation,
     Settings,
@@ -21,7 +22,7 @@ from specsample.properties.checks.base import (
     Trials,
     draw_trials,
 )
-from specsample.reference.contract import SpecBatch, Variant
+from specsample.reference.contract import Variant
 
 
 class Steps(StatisticalCheck):
@@ -30,15 +31,17 @@ class Steps(StatisticalCheck):
     name = "steps"
     shares_trials = False
 
-    def draw(self, variant: Variant, batch: SpecBatch, settings: Settings) -> Trials:
+    def draw(self, variant: Variant, checked: CheckedBatch, settings: Settings) -> Trials:
         """Each request's own seed, a distinct step per trial."""
-        return draw_trials(variant, batch, settings.num_samples, settings.seed, purpose="steps", vary="step")
+        return draw_trials(
+            variant, checked.batch, settings.num_samples, settings.seed, purpose="steps", vary="step"
+        )
 
     def components(
-        self, batch: SpecBatch, trials: Trials, settings: Settings
+        self, checked: CheckedBatch, trials: Trials, settings: Settings
     ) -> tuple[list[Component], Deviation]:
         """The tests of the law of y (and of the joint law of (m, y)) on the trials over steps."""
-        return law_of_y.components(batch, trials, settings.alpha, arithmetic=settings.arithmetic)
+        return law_of_y.components(checked, trials, settings.alpha)
 
 
 CHECK = Steps()
