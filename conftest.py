@@ -10,5 +10,5 @@ import specsample.kernels  # noqa: F401
 from specsample.properties.profiles import register_hypothesis_profiles
 
 register_hypothesis_profiles()
-# pytester runs the pytest plugin (properties/pytest_plugin.py) in a session of its own.
+# pytester runs the pytest plugin (fuzz/pytest_plugin.py) in a session of its own.
 pytest_plugins = ("pytester",)

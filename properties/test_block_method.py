@@ -1,4 +1,4 @@
-"""Block verification as a method: its exact law, its samplers and the checks that hold it to that law."""
+"""Block verification as a method: its exact law and its samplers (its planted bugs: fuzz/tests/)."""
 
 from __future__ import annotations
 
@@ -9,19 +9,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specsample.fuzz.mutants import MUTANTS
-from specsample.fuzz.selftest import Blind
-from specsample.properties import stats
-from specsample.properties.checks import CHECKS
 from specsample.reference import block
 from specsample.reference.contract import RequestData, SpecBatch, make_batch
 from specsample.reference.law import exact_law, request_inputs
 from specsample.reference.schemes import CANONICAL
-from specsample.reference.walk import WalkSampler, walk
-
-# alpha per statistical assertion; each states the deviation it detects with power 0.999.
-ALPHA = 1e-6
-
+from specsample.reference.walk import walk
 
 # ---------------------------------------------------------------------------------------------
 # exact_law against an independent float64 computation
@@ -161,39 +153,3 @@ def test_a_keep_decision_within_float32_rounding_is_a_near_tie() -> None:
     for gap in (-0.05, 0.05):
         shift = solve(eta + gap)[0]
         assert not walk(batch(shift)).near.any(), (gap, keep(shift) - eta)
-
-
-# ---------------------------------------------------------------------------------------------
-# The checks
-
-
-# Three tokens, two drafts: M28 (the token-wise residual after a stop) moves the law of the token at
-# position 1, given that the output continued by the target starts with d_0, 0.19 in total variation
-# away from p_1 (exact enumeration over the drafts), on the 17% of trials that start with d_0.
-M28_TARGET = [[-0.1811, -1.8062, -6.5753], [-0.8971, -3.3185, -0.5869], [-2.892, -1.661, -0.2816]]
-M28_DRAFT = [[-14.3405, -0.0137, -4.294], [-7.1547, -0.0889, -2.4735]]
-
-
-def test_the_block_marginal_catches_the_token_wise_residual() -> None:
-    """M28 fails the marginal check at position 1 and the walk passes it, at 4000 trials and alpha 1e-6
-    (Holm over 3 positions): there about 650 trials detect a total variation below 0.19 with power 0.999."""
-    batch = make_batch([RequestData(np.array(M28_TARGET), [0, 0], np.array(M28_DRAFT), 1.0)], method="block")
-    reached = int(0.15 * 4000)
-    p_1 = exact_law(batch)[0].target_probs[1]
-    assert stats.GoodnessOfFit(p_1, reached, alpha=ALPHA / 3).detectable_tv < 0.19
-    verdict = CHECKS["marginal"].run(Blind(MUTANTS["M28"].load()), batch, num_samples=4000, seed=2)
-    assert verdict.failed and verdict.position == 1, verdict.message
-    assert CHECKS["marginal"].run(WalkSampler(), batch, num_samples=4000, seed=2).passed
-
-
-@pytest.mark.parametrize("mutant", ["M28", "M29", "M30"])
-def test_block_mutants_fail_on_the_block_targeted_case(mutant: str) -> None:
-    """Each planted block bug fails a check on the targeted block case at 2000 trials (alpha 1e-6 per
-    statistical verdict), where the walk passes every check."""
-    from specsample.fuzz.targeted import targeted_batches
-    from specsample.properties.checks import run_checks
-
-    batch = dict(targeted_batches(("block",)))["block: block"]
-    verdicts = run_checks(Blind(MUTANTS[mutant].load()), batch, num_samples=2000, seed=4)
-    assert any(v.failed for v in verdicts), [v.message for v in verdicts]
-    assert not any(v.failed for v in run_checks(WalkSampler(), batch, num_samples=2000, seed=4))
