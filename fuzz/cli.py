@@ -14,6 +14,13 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+# Certify's default seconds of sampler calls per variant for the checks (`--check-budget`): the ci
+# profile's 2,000 trials of every targeted case for the Triton sampler under the interpreter on a
+# 2-core CPU, with room for a slower machine. On the CI machine of 2026-11-26 a trial took 24 to 26 ms
+# (3 calls' worth a check run), so 120 s afforded 1,570 to 1,644 trials, for the tree before and after
+# the kernels' rule set alike; 240 s affords 2,000 up to 40 ms a trial.
+CHECK_BUDGET_SECONDS = 240.0
+
 EXIT_PASSED, EXIT_FAILED, EXIT_USAGE, EXIT_INCONCLUSIVE = 0, 1, 2, 3
 DEFAULT_CORPUS = Path("fuzz-corpus-local")
 
@@ -326,10 +333,14 @@ def build_parser() -> argparse.ArgumentParser:
     cert.add_argument("--budget", type=_number(float, 0, "--budget"), default=20.0, help=budget_help)
     check_help = (
         "seconds of sampler calls per variant for the checks; a slower sampler gets fewer trials "
-        "(default: 120, what the float64 reference needs on a 2-core CPU for every targeted case)"
+        f"(default: {CHECK_BUDGET_SECONDS:.0f}, what the Triton sampler under the interpreter needs on a "
+        "2-core CPU for the ci profile's trials of every targeted case)"
     )
     cert.add_argument(
-        "--check-budget", type=_number(float, 1e-3, "--check-budget"), default=120.0, help=check_help
+        "--check-budget",
+        type=_number(float, 1e-3, "--check-budget"),
+        default=CHECK_BUDGET_SECONDS,
+        help=check_help,
     )
     cert.add_argument("--methods", type=_methods, help="comma list (default: every method it implements)")
     cert.add_argument("--out", type=Path, default=Path("certify-report"), help="report directory")

@@ -213,7 +213,7 @@ class Plan:
         zeroed: the words of the workspace that must be zero at launch: the split counters and
             the rejection flags.
         records: the workspace records that kernels take as their own pointers.
-        geometry: ``[GEOMETRY_FIELDS]`` int64 on the batch's device, made once per plan: the counts
+        geometry: ``[GEOMETRY.SIZE]`` int64 on the batch's device, made once per plan: the counts
             that bound reads and the offsets of the records row_stats_kernel reads through it
             (`_workspace_layout`).
         sample_splits: programs of the sampling pass per request (`SAMPLE_PROGRAMS`).

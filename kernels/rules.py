@@ -93,10 +93,10 @@ def request_span(cu_ptr, request, max_num_drafts):
 
 @triton.jit
 def geometry_field(geometry_ptr, field):
-    """Field ``field`` (a ``GEO_*`` or ``WORK_*`` index) of the geometry record, int64.
+    """Field ``field`` (a `records.GEOMETRY` field) of the geometry record, int64.
 
     Args:
-        geometry_ptr: ``[GEOMETRY_FIELDS]`` int64 geometry record.
+        geometry_ptr: ``[GEOMETRY.SIZE]`` int64 geometry record.
     """
     # Every program reads the record, and the logit stream would push it out of L1: keep it there
     # (without the hint row_stats_kernel ran about 4% slower at B = 256 on an H100).
