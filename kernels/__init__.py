@@ -1,4 +1,5 @@
-"""Production Triton rejection samplers: jit code in *_kernels.py, a launcher per sampler, a registry.
+"""Production Triton rejection samplers: jit code in rules.py and *_kernels.py, record layouts in
+records.py, a launcher per sampler, a registry.
 
 Importing this package chooses the Triton backend before any kernel module is decorated: without a
 CUDA GPU, kernels run on the CPU under the Triton interpreter (``TRITON_INTERPRET=1``), unless the
