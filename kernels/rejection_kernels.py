@@ -62,7 +62,6 @@ from specsample.kernels.rules import (
     PROBABILISTIC,
     SAMPLE_NONE,
     SAMPLE_RESIDUAL,
-    SAMPLE_TARGET,
     SAMPLE_WITHOUT_DRAFT,
     STRICT,
     SYNTHETIC,
@@ -78,6 +77,7 @@ from specsample.kernels.rules import (
     clean_logit,
     draft_at,
     draft_row_offset,
+    final_mode,
     geometry_field,
     gumbel_max,
     gumbel_noise,
@@ -1032,23 +1032,6 @@ def _write_decided(draft_ids_ptr, row_float_ptr, row_int_ptr, token_ids_ptr, log
 
 
 @triton.jit
-def _final_mode(real, sampled, METHOD: tl.constexpr, HAS_DRAFT: tl.constexpr):
-    """What a request's final row needs (a ``SAMPLE_*`` code, int64): nothing for greedy and strict
-    rows, the residual (or the target law without a one-hot draft) after a real draft's rejection,
-    else the target law."""
-    if METHOD == STRICT:
-        mode = tl.full([], SAMPLE_NONE, tl.int64)
-    else:
-        if METHOD == PROBABILISTIC or METHOD == BLOCK:  # noqa: SIM109 (constexprs)
-            rejected_mode = SAMPLE_RESIDUAL if HAS_DRAFT else SAMPLE_WITHOUT_DRAFT
-            mode = tl.where(real, rejected_mode, SAMPLE_TARGET).to(tl.int64)
-        else:
-            mode = tl.full([], SAMPLE_TARGET, tl.int64)
-        mode = tl.where(sampled, mode, SAMPLE_NONE)
-    return mode
-
-
-@triton.jit
 def _final_row_laws(row_float, residual, weighted, METHOD: tl.constexpr, HAS_DRAFT: tl.constexpr):
     """A sampled final row's laws from its record (`ROW_FLOAT`): ``(target max, target log-sum,
     draft max, draft log-sum, log w)``, the draft's only in ``residual`` mode, ``log w`` (block
@@ -1142,7 +1125,7 @@ def sample_kernel(target_ptr, draft_ptr, draft_ids_ptr, cu_ptr, temperature_ptr,
     is_draft, draft_id, real = draft_at(
         draft_ids_ptr, draft_start, stop, num_drafts, num_draft_ids, vocab_size
     )
-    mode = _final_mode(real, sampled, METHOD, HAS_DRAFT)
+    mode = final_mode(real, sampled, METHOD, HAS_DRAFT)
     if split == 0:
         _write_decided(
             draft_ids_ptr, row_float_ptr, row_int_ptr, token_ids_ptr, logprobs_ptr, num_emitted_ptr, request,

@@ -36,7 +36,6 @@ from specsample.kernels.rules import (
     SAMPLE_NONE,
     SAMPLE_PURPOSE,
     SAMPLE_RESIDUAL,
-    SAMPLE_TARGET,
     SAMPLE_WITHOUT_DRAFT,
     STRICT,
     SYNTHETIC,
@@ -52,6 +51,7 @@ from specsample.kernels.rules import (
     clean_logit,
     draft_at,
     draft_row_offset,
+    final_mode,
     geometry_field,
     gumbel_max,
     gumbel_noise,
@@ -432,13 +432,7 @@ def _rows_final_row(target_ptr, draft_ptr, at_stop, stop, real, draft_id, sample
     final_token = _at(token, at_stop, -1)
     final_log_p = _at(token_log_p, at_stop, NEG_INF)
     if METHOD != STRICT:
-        final_real = _at(real.to(tl.int32), at_stop, 0) > 0
-        if METHOD == SYNTHETIC:
-            mode = tl.full(sampled.shape, SAMPLE_TARGET, tl.int32)
-        else:
-            rejected_mode = SAMPLE_RESIDUAL if HAS_DRAFT else SAMPLE_WITHOUT_DRAFT
-            mode = tl.where(final_real, rejected_mode, SAMPLE_TARGET)
-        mode = tl.where(sampled, mode, SAMPLE_NONE)
+        mode = final_mode(_at(real.to(tl.int32), at_stop, 0) > 0, sampled, METHOD, HAS_DRAFT)
         residual = mode == SAMPLE_RESIDUAL
         excluded = tl.where(mode == SAMPLE_WITHOUT_DRAFT, _at(draft_id, at_stop, -1), -1)
         final_inside = (_at(target_inside.to(tl.int32), at_stop, 0) > 0) & (mode != SAMPLE_NONE)

@@ -411,3 +411,21 @@ def gumbel_max(keys, tokens, first, axis: tl.constexpr, keep_dims: tl.constexpr)
     key = tl.max(keys, axis=axis, keep_dims=keep_dims)
     token = tl.min(tl.where(keys == key, tokens, NO_SPLIT), axis=axis, keep_dims=keep_dims)
     return tl.where(key > NEG_INF, token, first)
+
+
+@triton.jit
+def final_mode(real, sampled, METHOD: tl.constexpr, HAS_DRAFT: tl.constexpr):
+    """What a request's final row needs, a ``SAMPLE_*`` code (int64, the shape of ``real`` and
+    ``sampled``): nothing for greedy and strict rows (the token is known); after a real draft's
+    rejection, the residual (without draft logits, the target law without the one-hot draft);
+    else (a placeholder, the bonus row, synthetic) the target law."""
+    if METHOD == STRICT:
+        mode = tl.where(sampled, SAMPLE_NONE, SAMPLE_NONE).to(tl.int64)
+    else:
+        if METHOD == PROBABILISTIC or METHOD == BLOCK:  # noqa: SIM109 (constexprs)
+            rejected_mode = SAMPLE_RESIDUAL if HAS_DRAFT else SAMPLE_WITHOUT_DRAFT
+            mode = tl.where(real, rejected_mode, SAMPLE_TARGET).to(tl.int64)
+        else:
+            mode = tl.where(real, SAMPLE_TARGET, SAMPLE_TARGET).to(tl.int64)
+        mode = tl.where(sampled, mode, SAMPLE_NONE)
+    return mode

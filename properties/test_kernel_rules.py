@@ -12,8 +12,8 @@ import pytest
 from specsample.kernels import records, rejection, rejection_kernels, rows_kernels, rules
 from specsample.reference.methods import METHODS
 
-# The rules both plans must reach: the decisions, the residual, block verification's weights and keep
-# probabilities, the logprob and the scheme's draw.
+# The rules both plans must reach: the decisions, the final row's mode, the residual, block
+# verification's weights and keep probabilities, the logprob and the scheme's draw.
 RULES = (
     "accept_uniform",
     "accepts",
@@ -31,6 +31,7 @@ RULES = (
     "gumbel_noise",
     "gumbel_max",
     "synthetic_accepts",
+    "final_mode",
 )
 PLANS = {
     "split": (rejection_kernels, ("row_stats_kernel", "block_keep_kernel", "sample_kernel", "emit_kernel")),
