@@ -8,7 +8,7 @@ outputs that need no sampling, and the block masses of the one final row of each
 request), and for every method but strict `emit_kernel` (the block its uniform picks and a
 Gumbel-max within it).
 No call reads anything back to the host, except ``cu_num_drafts`` once when
-``batch.max_num_drafts`` is not given.
+``batch.max_num_drafts`` is not given (its counts then size the output, so they are checked).
 
 Everything a call launches except the buffers' addresses is a function of the batch's structure
 (`make_plan`): each launch's arguments by the kernel's parameter names (`kernels.launch.Launch`),
@@ -32,18 +32,21 @@ Behaviour on odd values (the launcher checks them only when asked, see `rejectio
 - A draft id outside ``[0, V)`` is a placeholder: rejected with certainty, and ``y ~ p``.
 - A temperature that is not ``> 0`` (zero, negative, NaN) makes the request greedy; temperatures
   above ``1e30`` act as ``1e30``.
-- Draft counts from ``cu_num_drafts`` are clamped to ``[0, max_num_drafts]`` and a negative start
-  to 0; a target row, draft row or draft id that falls outside its tensor reads as no finite
-  logit (a placeholder for an id). A ``draft_slot`` outside ``[0, S)``, or a position at or past
-  the slot capacity ``K``, reads no draft logits: that draft row counts as having no finite logit,
-  so ``q`` is uniform. A synthetic position past the end of ``synthetic_rates`` has rate 0.
+- Draft counts from ``cu_num_drafts`` are clamped to ``[0, max_num_drafts]`` (the host-side hint,
+  which validation bounds by the shapes) and a negative start to 0; a target row, draft row or
+  draft id that falls outside its tensor reads as no finite logit (a placeholder for an id). A
+  ``draft_slot`` outside ``[0, S)``, or a position at or past the slot capacity ``K``, reads no
+  draft logits: that draft row counts as having no finite logit, so ``q`` is uniform. A synthetic
+  position past the end of ``synthetic_rates`` has rate 0.
 
-Whatever the values, no kernel reads or writes out of bounds and every emitted id lies in ``[0, V)``.
+Whatever the values, no kernel reads or writes out of bounds, every emitted id lies in ``[0, V)``,
+and no size comes from an unchecked value.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import os
 from dataclasses import dataclass
@@ -56,7 +59,7 @@ from specsample.kernels import launch, rows_kernels
 from specsample.kernels import rejection_kernels as jit
 from specsample.kernels.records import GEOMETRY, SPLIT, WORKSPACE
 from specsample.kernels.rules import NOISE_GROUP
-from specsample.reference.contract import Capabilities, SpecBatch, SpecOutput
+from specsample.reference.contract import Capabilities, SpecBatch, SpecOutput, validate_batch
 from specsample.reference.methods import METHODS
 from specsample.reference.schemes import CANONICAL
 
@@ -573,8 +576,10 @@ def _run_cached(
     return SpecOutput(token_ids=token_ids, num_emitted=num_emitted, logprobs=logprobs)
 
 
-def _check_values_default(batch: SpecBatch) -> bool:
-    return batch.device.type == "cpu" or os.environ.get(CHECK_VALUES_ENV, "") not in ("", "0")
+def _check_values_default() -> bool | None:
+    """On when ``SPECSAMPLE_CHECK_VALUES`` asks, else `SpecBatch.validate`'s ``None``: values are
+    read only where the batch is on the CPU, so a GPU call never synchronises."""
+    return True if os.environ.get(CHECK_VALUES_ENV, "") not in ("", "0") else None
 
 
 def rejection_sample(
@@ -591,22 +596,28 @@ def rejection_sample(
             ``TRITON_INTERPRET=1``).
         check_values: also run the value checks of `SpecBatch.validate`, which read tensors back to
             the host. Default: on for CPU tensors or when ``SPECSAMPLE_CHECK_VALUES`` is set to a
-            value other than ``0``; off otherwise, so a GPU call never synchronises.
+            value other than ``0``; off otherwise, so a GPU call never synchronises. The structural
+            checks run first whatever it says, and a ``cu_num_drafts`` read to size the output
+            (``batch.max_num_drafts`` not given) is checked whatever it says.
         plan: the launch plan, "split" or "rows" (default: `launch_plan`'s choice for the device).
 
     Returns:
         The emitted tokens, their count and their target log-probabilities, on ``batch.device``.
+
+    Raises:
+        ValueError: naming the argument and the value, for anything that breaks the contract
+            (`SpecBatch.validate`), whatever its type or device, before anything is allocated.
     """
-    if check_values is None:
-        check_values = _check_values_default(batch)
-    batch.validate(check_values=check_values)
+    # First, before any attribute of the batch is read: anything passed in gets a ValueError naming it.
+    validate_batch(batch, check_values=_check_values_default() if check_values is None else check_values)
     if batch.method not in KERNEL_METHODS:
         raise ValueError(
             f"method is {batch.method!r}; the kernels have a branch for {', '.join(KERNEL_METHODS)} only"
         )
-    # A rows-plan tile holds at least 16 tokens of each row of a request and a Triton tensor at most
-    # 2**20 elements: past 65,535 drafts a request, the split plan.
-    if launch_plan(batch.device, plan) == "rows" and batch.resolved_max_num_drafts() < 2**16:
+    if batch.max_num_drafts is None:
+        # The one read of cu_num_drafts, checked whatever check_values says: it sizes the output.
+        batch = dataclasses.replace(batch, max_num_drafts=batch.resolved_max_num_drafts())
+    if launch_plan(batch.device, plan) == "rows":
         return _run_rows(batch)
     if batch.device.type != "cuda":
         return _compile_and_run(batch, make_plan(batch))[0]

@@ -20,7 +20,7 @@ import os
 import torch
 from torch.nn import functional as F
 
-from specsample.reference.contract import FP32_TINY, Capabilities, SpecBatch, SpecOutput
+from specsample.reference.contract import FP32_TINY, Capabilities, SpecBatch, SpecOutput, validate_batch
 from specsample.reference.law import MAX_TEMPERATURE
 
 _MASK64 = (1 << 64) - 1
@@ -153,8 +153,12 @@ def torch_sample(batch: SpecBatch) -> SpecOutput:
     (``-1`` tokens and ``nan`` logprobs past a range's own), are those of one call: bit for bit on the
     CPU; on a GPU PyTorch chooses a reduction's order by the tensor's shape, so a row's normaliser can
     differ in its last bit.
+
+    Raises:
+        ValueError: naming the argument and the value, for anything that breaks the contract
+            (`SpecBatch.validate`, every check, values included), whatever its type or device.
     """
-    batch.validate(check_values=True)
+    validate_batch(batch, check_values=True)
     if batch.method not in TORCH_METHODS:
         raise ValueError(
             f"method is {batch.method!r}; this sampler implements {', '.join(TORCH_METHODS)} only"

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Literal, Protocol, runtime_checkable
 
 import numpy as np
@@ -30,6 +31,8 @@ METHODS: tuple[str, ...] = tuple(METHOD_TABLE)
 
 LOGIT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 INDEX_DTYPES = (torch.int32, torch.int64)
+# The devices a batch may live on: a CUDA GPU, or the CPU (where Triton's interpreter runs the kernels).
+DEVICE_TYPES = ("cpu", "cuda")
 
 # The canonical streams give a request 128 positions (its drafts, then the bonus) and 2**22 token lanes.
 MAX_NUM_DRAFTS = 128 - 1
@@ -90,20 +93,27 @@ class SpecBatch:
         return self.draft_logits is not None and self.draft_logits.dim() == 3
 
     def num_drafts(self) -> list[int]:
-        """The per-request draft counts ``n_b`` (reads ``cu_num_drafts`` on the host)."""
-        return self.cu_num_drafts.detach().cpu().to(torch.int64).diff().tolist()
+        """The per-request draft counts ``n_b``, read from ``cu_num_drafts`` on the host and checked
+        like `validate`'s value checks (a ``ValueError`` naming ``cu_num_drafts`` otherwise), so a
+        count read never sizes anything unchecked."""
+        return _draft_counts(self)
 
     def resolved_max_num_drafts(self) -> int:
-        """``max(n_b)``: the host hint when given, else read from ``cu_num_drafts``."""
+        """``max(n_b)``: the host hint when given (checked by `validate` against the batch's shapes),
+        else read from ``cu_num_drafts`` and checked."""
         return self.max_num_drafts if self.max_num_drafts is not None else max(self.num_drafts(), default=0)
 
-    def validate(self, *, check_values: bool = True) -> None:
+    def validate(self, *, check_values: bool | None = True) -> None:
         """Raise ``ValueError`` naming the argument and the value if the batch breaks the contract.
 
-        Structural checks (shapes, dtypes, devices, contiguity) need no device synchronisation and
-        always run; ``check_values`` adds those that read tensor contents (counts, slots, temperatures,
-        steps). NaN logits and draft ids outside ``[-1, V)`` are no errors: their semantics are defined
-        (NaN counts as ``-inf``, such an id as a placeholder); see `odd_values`.
+        Structural checks need no device synchronisation and always run first, whatever the input:
+        each field's Python type, layout, device (``cpu`` or ``cuda``, one for all), shape, dtype and
+        contiguity, and the host-side ``max_num_drafts`` against the shapes, so that no size comes
+        from an unchecked value. ``check_values`` adds those that read tensor contents (counts, slots,
+        temperatures, steps); ``None`` reads them only where the batch is on the CPU, where reading
+        costs no device synchronisation. NaN logits and draft ids outside ``[-1, V)`` are no errors:
+        their semantics are defined (NaN counts as ``-inf``, such an id as a placeholder); see
+        `odd_values`.
         """
         validate_batch(self, check_values=check_values)
 
@@ -255,6 +265,15 @@ def _fail(argument: str, problem: str) -> ValueError:
     return ValueError(f"{argument} {problem}")
 
 
+def _wrong_type(value: object) -> str:
+    """How an error names a value of the wrong type: ``is None``, ``has type numpy.ndarray``."""
+    if value is None:
+        return "is None"
+    kind = type(value)
+    name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+    return f"has type {name}"
+
+
 def _check_tensor(
     name: str,
     value: object,
@@ -263,16 +282,22 @@ def _check_tensor(
     device: torch.device | None = None,
     num_requests: int | None = None,
 ) -> torch.Tensor:
-    """``value``, checked: a tensor of ``dims`` and ``dtypes`` on ``device``, ``[num_requests]`` long."""
+    """``value``, checked: a dense tensor of ``dims`` and ``dtypes`` on a device of `DEVICE_TYPES`
+    (``device`` when given), ``[num_requests]`` long when given."""
     if not isinstance(value, torch.Tensor):
-        raise _fail(name, f"is {type(value).__name__}; expected a torch.Tensor")
+        raise _fail(name, f"{_wrong_type(value)}; expected a torch.Tensor")
+    if value.is_nested or value.layout != torch.strided:
+        layout = "nested" if value.is_nested else str(value.layout).removeprefix("torch.")
+        raise _fail(name, f"has layout {layout}; expected a dense (strided) tensor")
+    if value.device.type not in DEVICE_TYPES:
+        raise _fail(name, f"is on device {value.device}; expected a {' or '.join(DEVICE_TYPES)} tensor")
+    if device is not None and value.device != device:
+        raise _fail(name, f"is on device {value.device}; expected {device} (the device of target_logits)")
     if value.dim() not in dims:
         raise _fail(name, f"has shape {tuple(value.shape)}; expected {' or '.join(f'{d}-D' for d in dims)}")
     if value.dtype not in dtypes:
         expected = ", ".join(str(d).removeprefix("torch.") for d in dtypes)
         raise _fail(name, f"has dtype {value.dtype}; expected one of {expected}")
-    if device is not None and value.device != device:
-        raise _fail(name, f"is on device {value.device}; expected {device} (the device of target_logits)")
     if value.dim() > 0 and value.shape[-1] > 1 and value.stride(-1) != 1:
         raise _fail(name, f"has stride {value.stride()}; rows must be contiguous (last stride 1)")
     if num_requests is not None and value.shape[0] != num_requests:
@@ -280,13 +305,17 @@ def _check_tensor(
     return value
 
 
-def validate_batch(batch: SpecBatch, *, check_values: bool = True) -> None:
-    """See `SpecBatch.validate`."""
+def validate_batch(batch: object, *, check_values: bool | None = True) -> None:
+    """See `SpecBatch.validate`; ``batch`` may be any object (anything but a `SpecBatch` is refused)."""
+    if not isinstance(batch, SpecBatch):
+        raise _fail("batch", f"{_wrong_type(batch)}; expected a SpecBatch")
     target = _check_tensor("target_logits", batch.target_logits, (2,), LOGIT_DTYPES)
     device = target.device
     num_rows, vocab_size = target.shape
     if not 1 <= vocab_size <= MAX_VOCAB_SIZE:
         raise _fail("target_logits", f"has vocab size {vocab_size}; expected 1 <= V <= {MAX_VOCAB_SIZE}")
+    if not isinstance(batch.method, str):
+        raise _fail("method", f"{_wrong_type(batch.method)}; expected one of {', '.join(METHODS)}")
     if batch.method not in METHODS:
         raise _fail("method", f"is {batch.method!r}; expected one of {', '.join(METHODS)}")
 
@@ -314,7 +343,11 @@ def validate_batch(batch: SpecBatch, *, check_values: bool = True) -> None:
     else:
         _check_tensor("draft_logits", draft, (2, 3), LOGIT_DTYPES, device)
         if draft.shape[-1] != vocab_size:
-            raise _fail("draft_logits", f"has shape {tuple(draft.shape)}; expected vocab size {vocab_size}")
+            raise _fail(
+                "draft_logits",
+                f"has vocab size {draft.shape[-1]} (shape {tuple(draft.shape)}); "
+                f"expected V = {vocab_size}, the vocab size of target_logits",
+            )
         if draft.dim() == 2:
             if draft.shape[0] != num_draft_rows:
                 raise _fail(
@@ -328,17 +361,25 @@ def validate_batch(batch: SpecBatch, *, check_values: bool = True) -> None:
                 raise _fail("draft_slot", "is None but draft_logits is slotted [S, K, V]; expected [B] slots")
             _check_tensor("draft_slot", slot, (1,), INDEX_DTYPES, device, num_requests)
 
-    if METHOD_TABLE[batch.method].takes_rates:
-        rates = batch.synthetic_rates
-        if rates is None:
-            raise _fail("synthetic_rates", f"is None; method {batch.method!r} needs [K] conditional rates")
-        _check_tensor("synthetic_rates", rates, (1,), (torch.float64,), device)
+    if batch.synthetic_rates is not None:
+        _check_tensor("synthetic_rates", batch.synthetic_rates, (1,), (torch.float64,), device)
+    elif METHOD_TABLE[batch.method].takes_rates:
+        raise _fail("synthetic_rates", f"is None; method {batch.method!r} needs [K] conditional rates")
+    # The hint sizes a GPU sampler's output unchecked against cu_num_drafts: bound it by the shapes.
     hint = batch.max_num_drafts
-    if hint is not None and not 0 <= hint <= MAX_NUM_DRAFTS:
-        raise _fail("max_num_drafts", f"is {hint}; expected 0 <= max_num_drafts <= {MAX_NUM_DRAFTS}")
+    if hint is not None:
+        if not isinstance(hint, int) or isinstance(hint, bool):
+            raise _fail("max_num_drafts", f"{_wrong_type(hint)}; expected an int (host-side) or None")
+        limit = min(MAX_NUM_DRAFTS, num_draft_rows)
+        if not 0 <= hint <= limit:
+            raise _fail(
+                "max_num_drafts",
+                f"is {hint}; expected 0 <= max_num_drafts <= {limit} "
+                f"(at most {MAX_NUM_DRAFTS} drafts a request, D = {num_draft_rows} in the batch)",
+            )
 
-    if check_values:
-        _validate_values(batch, num_draft_rows)
+    if check_values or (check_values is None and device.type == "cpu"):
+        _validate_values(batch)
 
 
 def _check_entries(name: str, values: torch.Tensor, ok: torch.Tensor, expected: str) -> None:
@@ -348,25 +389,34 @@ def _check_entries(name: str, values: torch.Tensor, ok: torch.Tensor, expected: 
         raise _fail(name, f"[{i}] is {values[i].item()}; expected {expected}")
 
 
-def _validate_values(batch: SpecBatch, num_draft_rows: int) -> None:
-    cu = batch.cu_num_drafts.detach().cpu().to(torch.int64)
-    if int(cu[0]) != 0:
-        raise _fail("cu_num_drafts", f"starts at {int(cu[0])}; expected 0")
-    counts = cu[1:] - cu[:-1]
-    if bool((counts < 0).any()):
-        b = int(torch.nonzero(counts < 0)[0, 0])
+def _draft_counts(batch: SpecBatch) -> list[int]:
+    """The draft counts ``n_b`` of a structurally valid batch, read from ``cu_num_drafts`` (a device
+    synchronisation on a GPU) and checked: it starts at 0, never decreases, ends at ``D`` and gives
+    no request more than `MAX_NUM_DRAFTS` drafts."""
+    cu = batch.cu_num_drafts.detach().cpu().tolist()
+    if cu[0] != 0:
+        raise _fail("cu_num_drafts", f"starts at {cu[0]}; expected 0")
+    counts = [end - start for start, end in pairwise(cu)]
+    for b, count in enumerate(counts):
+        if count < 0:
+            raise _fail(
+                "cu_num_drafts",
+                f"decreases at request {b} ({cu[b]} -> {cu[b + 1]}); draft counts must be >= 0",
+            )
+    num_draft_rows = batch.target_logits.shape[0] - batch.num_requests
+    if cu[-1] != num_draft_rows:
         raise _fail(
             "cu_num_drafts",
-            f"decreases at request {b} ({int(cu[b])} -> {int(cu[b + 1])}); draft counts must be >= 0",
+            f"ends at {cu[-1]}; expected D = {num_draft_rows} (rows of target_logits minus B)",
         )
-    if int(cu[-1]) != num_draft_rows:
-        raise _fail(
-            "cu_num_drafts",
-            f"ends at {int(cu[-1])}; expected D = {num_draft_rows} (rows of target_logits minus B)",
-        )
-    max_count = int(counts.max())
+    max_count = max(counts, default=0)
     if max_count > MAX_NUM_DRAFTS:
         raise _fail("cu_num_drafts", f"gives a request {max_count} drafts; at most {MAX_NUM_DRAFTS}")
+    return counts
+
+
+def _validate_values(batch: SpecBatch) -> None:
+    max_count = max(_draft_counts(batch), default=0)
     if batch.max_num_drafts is not None and batch.max_num_drafts != max_count:
         raise _fail("max_num_drafts", f"is {batch.max_num_drafts}; cu_num_drafts gives {max_count}")
 
@@ -482,6 +532,12 @@ def make_batch(
     draft_slot: torch.Tensor | None = None
     if all(has_draft):
         drafts = [as_tensor(r.draft_logits, torch.float64) for r in requests]  # type: ignore[arg-type]
+        for b, (d, n) in enumerate(zip(drafts, counts, strict=True)):
+            if tuple(d.shape) != (n, vocab_size):
+                raise _fail(
+                    f"requests[{b}].draft_logits",
+                    f"has shape {tuple(d.shape)}; expected [n, V] = [{n}, {vocab_size}] (V of target_logits)",
+                )
         if slots is None:
             draft_logits = torch.cat(drafts).reshape(-1, vocab_size).to(dev, dtype)
         else:

@@ -32,7 +32,7 @@ import numpy.typing as npt
 import torch
 
 from . import block, methods
-from .contract import FP32_TINY, Arithmetic, SpecBatch
+from .contract import FP32_TINY, Arithmetic, SpecBatch, validate_batch
 
 F64Array = npt.NDArray[np.float64]
 I64Array = npt.NDArray[np.int64]
@@ -163,8 +163,9 @@ class BatchRows:
 
     @classmethod
     def of(cls, batch: SpecBatch) -> BatchRows:
-        """Read ``batch`` (on any device) to the CPU once."""
-        batch.validate()
+        """Read ``batch`` (on any device) to the CPU once; anything but a valid `SpecBatch` raises
+        ``ValueError`` naming the argument first."""
+        validate_batch(batch)
         ids, cu = _host(batch.draft_token_ids, torch.int64), _host(batch.cu_num_drafts, torch.int64)
         return cls(
             target=_host(batch.target_logits),
