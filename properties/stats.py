@@ -13,6 +13,9 @@ offered: its power falls short of that claim when a deviation shrinks many small
 TV 0.055 over 295 pooled cells, 0.8% misses instead of 0.1%), while the G-test keeps it.
 
 Cells of probability exactly 0 are tested apart from the pooled cells: one observation there rejects.
+`GoodnessOfFit.cells` gives the cells a test saw (each pooled group with the cells it holds, each
+cell of probability 0 that was observed) with their observed and expected counts and their shares
+of the G statistic, so a failure can show where it comes from.
 Exact binomial tests cover few cells (the law of the number accepted) and bug-shaped sets of tokens;
 Holm's procedure combines the tests of one assertion; `two_sample_test` compares two variants.
 """
@@ -32,6 +35,7 @@ DEFAULT_BETA = 1e-3
 MIN_EXPECTED = 20.0
 
 F64Array = npt.NDArray[np.float64]
+I64Array = npt.NDArray[np.int64]
 
 
 @dataclass(frozen=True)
@@ -170,6 +174,42 @@ def _g_reason(statistic: float, df: int, pvalue: float, alpha: float, size: str,
     )
 
 
+def deviance(observed: npt.ArrayLike, expected: npt.ArrayLike) -> F64Array:
+    """Each cell's share of the G statistic, ``2 (O log(O / E) - (O - E))`` (``0 log 0 = 0``).
+
+    The shares are ``>= 0`` and sum to G when observed and expected totals agree; ``inf`` where the
+    law expects nothing (``E = 0``) and something was observed.
+    """
+    o = np.asarray(observed, dtype=np.float64)
+    e = np.asarray(expected, dtype=np.float64)
+    impossible = (e <= 0) & (o > 0)
+    safe = np.where(impossible | (e <= 0), 1.0, e)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_terms = np.where(o > 0, o * np.log(np.where(o > 0, o, 1.0) / safe), 0.0)
+    shares = np.maximum(2.0 * (log_terms - (o - e)), 0.0)
+    return np.asarray(np.where(impossible, math.inf, shares), dtype=np.float64)
+
+
+@dataclass(frozen=True, eq=False)
+class FitCell:
+    """One cell of a goodness-of-fit test as the test saw it: a pooled group of cells, or a cell of
+    probability 0 that was observed (several such cells, where more were observed than are shown).
+
+    Attributes:
+        members: ``[k]`` the original cells it holds, the most probable first.
+        probability: the law's mass on it (0 for cells of probability 0).
+        observed, expected: its observed count and ``N`` times its probability.
+        contribution: its share of the G statistic before Williams' correction (`deviance`);
+            ``inf`` for observations where the law puts no mass.
+    """
+
+    members: I64Array
+    probability: float
+    observed: float
+    expected: float
+    contribution: float
+
+
 def _g_statistic(observed: F64Array, expected: F64Array) -> F64Array:
     """``2 sum O log(O / E)`` over the last axis (``0 log 0 = 0``)."""
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -271,6 +311,51 @@ class GoodnessOfFit:
         pvalue = float(stats.chi2.sf(statistic, self.num_groups - 1))
         reason = _g_reason(statistic, df, pvalue, alpha, str(n), detectable)
         return TestResult(statistic, pvalue, df, pvalue < alpha, n, alpha, detectable, self.beta, reason)
+
+    def cells(self, counts: npt.ArrayLike, limit: int = 5) -> list[FitCell]:
+        """The ``limit`` cells of one count vector that weigh most in the test, the heaviest first.
+
+        Observed cells of probability 0 come first, the most observed first (when more of them were
+        observed than fit in ``limit``, the last one shown holds the rest); then the pooled groups by
+        their share of the G statistic (`deviance`).
+        """
+        observed = self._check(counts)
+        if observed.ndim != 1:
+            raise ValueError(f"counts has shape {observed.shape}; cells() takes one count vector")
+        if limit < 1:
+            raise ValueError(f"limit is {limit}; expected at least 1")
+        zero = np.nonzero((self.probs <= 0) & (observed > 0))[0]
+        zero = zero[np.argsort(-observed[zero], kind="stable")]
+        shown = zero if zero.size <= limit else zero[: limit - 1]
+        cells = [FitCell(np.array([i]), 0.0, float(observed[i]), 0.0, math.inf) for i in shown]
+        if zero.size > shown.size:
+            rest = zero[shown.size :]
+            cells.append(FitCell(rest, 0.0, float(observed[rest].sum()), 0.0, math.inf))
+        if len(cells) >= limit or self.num_groups == 0:
+            return cells
+        pooled = self._pooled(observed)
+        expected = self.pooled_probs * self.num_samples
+        shares = deviance(pooled, expected)
+        for g in np.argsort(-shares, kind="stable")[: limit - len(cells)]:
+            members = np.nonzero(self.groups == g)[0]
+            members = members[np.argsort(-self.probs[members], kind="stable")]
+            cell = FitCell(
+                members, float(self.pooled_probs[g]), float(pooled[g]), float(expected[g]), float(shares[g])
+            )
+            cells.append(cell)
+        return cells
+
+    def observed_tv(self, counts: npt.ArrayLike) -> float:
+        """The total variation between one count vector's frequencies and the law, over the cells the
+        test sees (the pooled groups and the cells of probability 0): the deviation `detectable_tv`
+        speaks of, as observed."""
+        observed = self._check(counts)
+        if observed.ndim != 1:
+            raise ValueError(f"counts has shape {observed.shape}; observed_tv() takes one count vector")
+        outside = float(observed[self.probs <= 0].sum())
+        pooled = self._pooled(observed) if self.num_groups else np.zeros(0)
+        inside = float(np.abs(pooled - self.pooled_probs * self.num_samples).sum())
+        return 0.5 * (inside + outside) / self.num_samples
 
     def _check(self, counts: npt.ArrayLike) -> F64Array:
         observed = np.asarray(counts, dtype=np.float64)

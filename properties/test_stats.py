@@ -18,6 +18,7 @@ from specsample.properties.stats import (
     binomial_detectable,
     binomial_pvalues,
     binomial_test,
+    deviance,
     goodness_of_fit,
     holm_adjusted,
     min_discrepancy,
@@ -170,6 +171,41 @@ def test_goodness_of_fit_validates_its_counts() -> None:
         goodness_of_fit([1, 2], [0.2, 0.3, 0.5])
     with pytest.raises(ValueError, match="counts"):
         GoodnessOfFit([0.5, 0.5], 10).pvalues([[3, 3]])
+
+
+def test_the_cells_of_a_fit_share_its_statistic() -> None:
+    """Each pooled group's share of G is its deviance; the shares sum to Williams' factor times the
+    corrected statistic, and every cell knows the original cells it pools."""
+    law = zipf(200, 1.1)
+    rng = np.random.default_rng(5)
+    fit = GoodnessOfFit(law, 1000)
+    counts = rng.multinomial(1000, law)
+    cells = fit.cells(counts, limit=fit.num_groups)
+    assert len(cells) == fit.num_groups
+    assert sum(c.contribution for c in cells) == pytest.approx(float(fit.statistics(counts)) * fit.williams)
+    assert [c.contribution for c in cells] == sorted((c.contribution for c in cells), reverse=True)
+    for c in cells:
+        assert c.observed == counts[c.members].sum() and c.expected == pytest.approx(
+            1000 * law[c.members].sum()
+        )
+        assert np.all(fit.groups[c.members] == fit.groups[c.members[0]])
+        assert np.all(np.diff(law[c.members]) <= 0)  # the most probable first
+    assert sorted(np.concatenate([c.members for c in cells]).tolist()) == list(range(200))
+    assert deviance([5.0, 0.0], [0.0, 5.0]).tolist() == [math.inf, 10.0]
+
+
+def test_observed_cells_of_probability_0_come_first() -> None:
+    """Observed cells of probability 0 lead, the most observed first; those past the limit share one cell."""
+    law = np.array([0.0, 0.5, 0.0, 0.5, 0.0, 0.0])
+    fit = GoodnessOfFit(law, 100)
+    counts = np.array([3, 40, 7, 45, 2, 3])
+    cells = fit.cells(counts, limit=3)
+    assert [c.members.tolist() for c in cells] == [[2], [0], [5, 4]]
+    assert [c.observed for c in cells] == [7, 3, 5] and all(c.expected == 0 for c in cells)
+    assert all(c.contribution == math.inf for c in cells)
+    # The total variation over the test's cells: the pooled group misses 15, the zero cells hold 15.
+    assert fit.observed_tv(counts) == pytest.approx(0.15)
+    assert fit.observed_tv([0, 50, 0, 50, 0, 0]) == 0.0
 
 
 CALIBRATION_LAWS = {

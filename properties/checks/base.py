@@ -14,6 +14,7 @@ import functools
 import math
 import os
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -62,6 +63,42 @@ class Deviation:
         return f"{self.value:.4g} ({self.unit})"
 
 
+@dataclass(frozen=True)
+class Cell:
+    """One cell of a decisive test: the outcomes it holds, in words, and its observed and expected counts.
+
+    Attributes:
+        label: the outcomes in words (``"m=0"``, ``"token 2 given m=1"``, ``"position 2: token 5"``,
+            ``"7 tokens of total probability 0.03 given m=1"``).
+        observed: how many trials fell in it.
+        expected: how many the exact law expects (0 where it gives the outcomes probability 0).
+        outcomes: how many outcomes it holds (a pooled cell holds several).
+    """
+
+    label: str
+    observed: int
+    expected: float
+    outcomes: int = 1
+
+    @property
+    def impossible(self) -> bool:
+        """Whether trials fell where the exact law puts no mass."""
+        return self.expected == 0 and self.observed > 0
+
+
+@dataclass(frozen=True)
+class Detail:
+    """What one test shows of itself: its cells that weigh most (at most `MAX_CELLS`, the heaviest
+    first) and the deviation it saw, in its check's unit."""
+
+    cells: tuple[Cell, ...]
+    observed: float
+
+
+# A verdict shows at most this many cells of its decisive test.
+MAX_CELLS = 5
+
+
 @dataclass(frozen=True, kw_only=True)
 class Verdict:
     """The outcome of one check of one variant on one batch.
@@ -82,6 +119,12 @@ class Verdict:
         pvalue: the Holm-adjusted p-value of the decisive test (``None`` for exact checks).
         alpha: the false-failure rate of the verdict (``None`` for exact checks).
         detectable: the smallest deviation detected with power 0.999.
+        subject: the request of the decisive test (or of the first violation) in words: method,
+            vocabulary, drafts, temperature, seed, step, draft layout, and how the trials vary it.
+        cells: the decisive test's cells that weigh most, the heaviest first (statistical
+            failures; `MAX_CELLS` at most).
+        observed: the deviation the decisive test saw, in the unit of ``detectable`` (failures).
+        finding: the first violation in words, where an exact check has more to say than its message.
     """
 
     check: str
@@ -97,6 +140,10 @@ class Verdict:
     pvalue: float | None = None
     alpha: float | None = None
     detectable: Deviation | None = None
+    subject: str | None = None
+    cells: tuple[Cell, ...] = ()
+    observed: Deviation | None = None
+    finding: str | None = None
 
     @property
     def passed(self) -> bool:
@@ -108,9 +155,62 @@ class Verdict:
         """Whether the variant failed."""
         return self.status == "fail"
 
+    def explain(self) -> list[str]:
+        """The verdict for a person, one line each: the message, the request, a table of the decisive
+        cells (observed against expected counts), every outcome observed where the exact law gives
+        probability 0, and the deviation seen against the one detected with power 0.999."""
+        lines = [self.message]
+        if self.subject:
+            lines.append(f"{self.subject[:1].upper()}{self.subject[1:]}.")
+        if self.finding:
+            lines.append(f"{self.finding}.")
+        if self.cells:
+            width = max(len("cell"), *(len(c.label) for c in self.cells))
+            lines.append("The decisive cells, the largest contributions first:")
+            lines.append(f"  {'cell':<{width}}  {'observed':>9}  {'expected':>9}")
+            for c in self.cells:
+                mark = "  probability 0" if c.expected == 0 else ""
+                lines.append(f"  {c.label:<{width}}  {c.observed:>9}  {_count(c.expected):>9}{mark}")
+        impossible = [c for c in self.cells if c.impossible]
+        if len(impossible) == 1:
+            c = impossible[0]
+            it, times = "it" if c.outcomes == 1 else "them", "time" if c.observed == 1 else "times"
+            lines.append(f"{c.label} observed {c.observed} {times}; the exact law gives {it} probability 0.")
+        elif impossible:
+            seen = ", ".join(f"{c.label} ({c.observed} times)" for c in impossible)
+            lines.append(f"Observed where the exact law gives probability 0: {seen}.")
+        if self.observed is not None:
+            seen = f"Seen: {_in_words(self.observed)}"
+            if self.cells:
+                seen += " in the decisive test"
+            if self.detectable is not None:
+                seen += f"; the check detects {_in_words(self.detectable)} or more with power 0.999"
+            lines.append(f"{seen}.")
+        return lines
+
+
+def _in_words(deviation: Deviation) -> str:
+    """A deviation in words, in its unit: ``"a total variation of 0.12"``."""
+    value = f"{deviation.value:.4g}"
+    if deviation.unit == "total variation":
+        return f"a total variation of {value}"
+    if deviation.unit == "probability":
+        return f"a probability off by {value}"
+    return f"a violation rate of {value} per sample"
+
+
+def _count(expected: float) -> str:
+    """An expected count, as exact as a reader needs it."""
+    if expected == 0:
+        return "0"
+    if expected < 0.1:
+        return f"{expected:.2g}"
+    return f"{expected:.1f}" if expected < 100 else f"{expected:.0f}"
+
 
 class VariantError(Exception):
-    """The variant raised on a valid batch; the check that called it fails."""
+    """The variant raised on a valid batch, or returned something that is not a `SpecOutput`; the
+    check that called it fails."""
 
 
 @dataclass(frozen=True)
@@ -234,8 +334,12 @@ class Check:
 class StatisticalCheck(Check):
     """A check made of statistical tests on trials, combined by Holm at level ``alpha``.
 
-    The verdict fails iff the smallest Holm-adjusted p-value is below ``alpha``.
+    The verdict fails iff the smallest Holm-adjusted p-value is below ``alpha``; it names the
+    request of its decisive test (``varies``: how its trials differ from the request) and, on
+    failure, that test's cells and the deviation it saw.
     """
+
+    varies = "each trial with a fresh seed"
 
     def draw(self, variant: Variant, checked: CheckedBatch, settings: Settings) -> Trials:
         """The trials the tests run on."""
@@ -277,6 +381,7 @@ class StatisticalCheck(Check):
             f"{test.what}, Holm p={pvalue:.3g} over {len(tests)} tests, alpha={alpha:g}; "
             f"detects {detectable} with power 0.999"
         )
+        detail = None if passed or test.detail is None else test.detail()
         return Verdict(
             status="pass" if passed else "fail",
             message=message,
@@ -284,6 +389,9 @@ class StatisticalCheck(Check):
             position=test.position,
             statistic=test.statistic,
             pvalue=pvalue,
+            subject=f"{describe_request(checked, test.request)}; {self.varies}",
+            cells=() if detail is None else detail.cells,
+            observed=None if detail is None else Deviation(detail.observed, detectable.unit),
             **common,
         )
 
@@ -401,7 +509,9 @@ def _call(variant: Variant, part: SpecBatch, problems: list[str]) -> SpecOutput:
     except Exception as error:
         if environment_problem(error):
             raise EnvironmentProblem(f"{type(error).__name__}: {error}") from error
-        raise VariantError(f"{type(error).__name__}: {error}") from error
+        raise VariantError(f"the variant raised on a valid batch: {type(error).__name__}: {error}") from error
+    if not isinstance(output, SpecOutput):
+        raise VariantError(f"the variant returned {type(output).__name__}, not a SpecOutput")
     try:
         validate_output(output, part)
     except ValueError as error:
@@ -433,7 +543,7 @@ def call_variant(
     Returns the output padded to ``max_n + 1`` columns and the shape violations of each raw output.
 
     Raises:
-        VariantError: the variant raised.
+        VariantError: the variant raised, or returned something that is not a `SpecOutput`.
         EnvironmentProblem: the machine failed the call (memory, driver, compiler).
     """
     budget = max_elements or elements_per_call(batch.device)
@@ -506,22 +616,123 @@ def distinct_steps(seed: int, purpose: str, num_requests: int, num_trials: int) 
 class Component:
     """One statistical test inside a check: the request and position (``None`` for a whole-request
     test) it tests, its p-value before Holm's adjustment, its statistic (G, or an observed proportion
-    for a binomial test) and a short description."""
+    for a binomial test), a short description, and ``detail``, which computes its cells and the
+    deviation it saw when it turns out decisive (only then: a check runs many tests)."""
 
     request: int
     position: int | None
     pvalue: float
     statistic: float
     what: str
+    detail: Callable[[], Detail] | None = field(default=None, compare=False, repr=False)
+
+
+def describe_request(batch: SpecBatch | CheckedBatch, request: int) -> str:
+    """Request ``request`` in words, with what an author needs to recompute its law by hand:
+    ``"request 0: probabilistic, V=12, n=3, drafts [4, 9, 2], T=0.7, seed 5, step 0, one-hot drafts,
+    float32 logits"`` (with the synthetic rates, the slot and the arithmetic where they matter)."""
+    checked = CheckedBatch.of(batch)
+    spec = checked.batch
+    start, end = (int(x) for x in spec.cu_num_drafts[request : request + 2].tolist())
+    drafts = spec.draft_token_ids[start:end].tolist()
+    temperature = float(spec.temperature[request])
+    parts = [
+        f"request {request}: {spec.method}",
+        f"V={spec.vocab_size}",
+        f"n={end - start}, drafts {drafts}",
+        "T=0 (greedy)" if temperature == 0 else f"T={temperature:.6g}",
+        f"seed {int(spec.seed[request])}",
+        f"step {int(spec.step[request])}",
+    ]
+    if spec.draft_logits is None:
+        parts.append("one-hot drafts")
+    elif spec.slotted:
+        slot = None if spec.draft_slot is None else int(spec.draft_slot[request])
+        parts.append(f"slotted draft logits (slot {slot})")
+    else:
+        parts.append("flat draft logits")
+    parts.append(f"{str(spec.target_logits.dtype).removeprefix('torch.')} logits")
+    if spec.synthetic_rates is not None and spec.method == "synthetic":
+        rates = spec.synthetic_rates.detach().cpu().tolist()[: end - start]
+        parts.append(f"synthetic rates {[round(r, 6) for r in rates]}")
+    if checked.arithmetic != "log":
+        parts.append(f"the law in {checked.arithmetic} arithmetic")
+    return ", ".join(parts)
+
+
+def outcome_label(members: Sequence[int], probability: float, context: str = "") -> str:
+    """The tokens of one cell in words: ``"token 7{context}"``, ``"tokens 3, 8{context}"`` (up to three
+    named), or ``"12 tokens of total probability 0.031{context}"``."""
+    if len(members) == 1:
+        return f"token {members[0]}{context}"
+    if len(members) <= 3:
+        return f"tokens {', '.join(str(i) for i in members)}{context}"
+    mass = "probability 0" if probability == 0 else f"total probability {probability:.3g}"
+    return f"{len(members)} tokens of {mass}{context}"
+
+
+def fit_detail(
+    fit: stats.GoodnessOfFit, counts: npt.ArrayLike, label: Callable[[stats.FitCell], str]
+) -> Detail:
+    """The detail of a G-test: its heaviest cells (``label`` names each in words) and the total
+    variation seen over its cells (`stats.GoodnessOfFit.observed_tv`)."""
+    cells = tuple(
+        Cell(label(c), round(c.observed), c.expected, int(c.members.size))
+        for c in fit.cells(counts, MAX_CELLS)
+    )
+    return Detail(cells, fit.observed_tv(counts))
+
+
+def binomial_detail(
+    labels: tuple[str, str], hits: int, num_trials: int, prob: float, others: Sequence[Cell] = ()
+) -> Detail:
+    """The detail of a binomial test of ``hits`` in ``num_trials`` against ``prob``: the cell tested and
+    its complement (``labels``), then ``others`` (cells of the same trials that weigh most), and the
+    deviation ``|hits / num_trials - prob|``."""
+    cells = [
+        Cell(labels[0], hits, num_trials * prob),
+        Cell(labels[1], num_trials - hits, num_trials * (1.0 - prob)),
+    ]
+    return Detail(tuple([*cells, *others][:MAX_CELLS]), abs(hits / num_trials - prob))
+
+
+def heaviest(cells: Sequence[Cell], limit: int = MAX_CELLS) -> tuple[Cell, ...]:
+    """The ``limit`` cells that weigh most in a G statistic over them (`stats.deviance`), heaviest
+    first; cells neither expected nor observed are left out."""
+    cells = [c for c in cells if c.observed or c.expected]
+    shares = stats.deviance([c.observed for c in cells], [c.expected for c in cells])
+    return tuple(cells[i] for i in np.argsort(-shares, kind="stable")[:limit])
+
+
+def pooled_cells(count: int) -> str:
+    """``"1 pooled cell"``, ``"7 pooled cells"``."""
+    return f"{count} pooled cell{'' if count == 1 else 's'}"
+
+
+def impossible_note(probs: npt.ArrayLike, counts: npt.ArrayLike, name: Callable[[int], str]) -> str:
+    """``"; 800 trials emit outcomes of probability 0 (token 0)"``: the observations where the law
+    ``probs`` puts no mass, the first three of those outcomes named by ``name``; empty when none."""
+    observed = np.asarray(counts).reshape(-1)
+    hit = np.nonzero((np.asarray(probs).reshape(-1) <= 0) & (observed > 0))[0]
+    if hit.size == 0:
+        return ""
+    hit = hit[np.argsort(-observed[hit], kind="stable")]
+    named = ", ".join(name(int(i)) for i in hit[:3]) + (f" and {hit.size - 3} more" if hit.size > 3 else "")
+    return f"; {int(observed[hit].sum())} trials emit outcomes of probability 0 ({named})"
+
+
+def impossible_detail(label: str, count: int, num_trials: int) -> Detail:
+    """The detail of ``count`` of ``num_trials`` trials falling where no outcome is possible."""
+    return Detail((Cell(label, count, 0.0),), count / max(num_trials, 1))
 
 
 def failed_call(check: str, variant: Variant, error: VariantError, seconds: float = 0.0) -> Verdict:
-    """The verdict of a check whose variant call raised."""
+    """The verdict of a check whose variant call raised or returned something other than a `SpecOutput`."""
     return Verdict(
         check=check,
         status="fail",
         variant=variant.name,
-        message=f"{check} FAILS: the variant raised on a valid batch: {error}",
+        message=f"{check} FAILS: {error}",
         num_samples=0,
         seconds=seconds,
     )
@@ -539,13 +750,17 @@ def exact_verdict(
     position: int | None = None,
     samples_per_case: int | None = None,
     trials: int | None = None,
+    subject: str | None = None,
+    finding: str | None = None,
 ) -> Verdict:
     """The verdict of an exact check: ``failures`` out of ``total`` samples broke it.
 
     ``detectable`` is the per-sample rate of a violation seen at least once with probability 0.999
-    among ``samples_per_case`` samples (default: all of them).
+    among ``samples_per_case`` samples (default: all of them); a failure also states the rate seen,
+    the request of its first violation in words (``subject``) and that violation (``finding``).
     """
     detectable = Deviation(stats.zero_cell_detectable(samples_per_case or total), "rate per sample")
+    seen = Deviation(failures / max(total, 1), "rate per sample") if failures else None
     return Verdict(
         check=check,
         status="fail" if failures else "pass",
@@ -558,6 +773,9 @@ def exact_verdict(
         position=position if failures else None,
         statistic=float(failures),
         detectable=detectable,
+        subject=subject if failures else None,
+        observed=seen,
+        finding=finding if failures else None,
     )
 
 
@@ -614,4 +832,8 @@ class InvarianceCheck(Check):
             failed=f"{failures.size} of {total} requests change {self.change}; first: request "
             f"{r // per_request} emits {self.shown.format(tokens_a[r].tolist(), tokens_b[r].tolist())}",
             request=r // per_request,
+            subject=f"{describe_request(checked, r // per_request)}; its trial {r % per_request} "
+            f"with seed {int(subject.seed[r])}"
+            if failures.size
+            else None,
         )

@@ -23,6 +23,7 @@ from specsample.properties.checks.base import (
     Settings,
     Trials,
     Verdict,
+    describe_request,
     draw_trials,
     exact_verdict,
 )
@@ -48,7 +49,9 @@ class Agreement:
     those float32 rounding could flip, ``mismatches`` the samples that differ from the walk, and
     ``excused`` the mismatches whose first difference is a near tie. ``unexplained`` has a line for
     each other mismatch and each logprob out of tolerance (empty when the output agrees); ``first``
-    is the ``(sample, position)`` of the first unexplained difference.
+    is the ``(sample, position)`` of the first unexplained difference and ``first_difference`` that
+    difference in words (``"position 1: output token 5 where the walk, fed the same random numbers,
+    emits 3"``).
     """
 
     num_samples: int = 0
@@ -58,6 +61,7 @@ class Agreement:
     excused: int = 0
     unexplained: list[str] = field(default_factory=list)
     first: tuple[int, int] | None = None
+    first_difference: str | None = None
 
 
 def agreement(batch: SpecBatch, output: SpecOutput, scheme: RandomScheme = CANONICAL) -> Agreement:
@@ -84,7 +88,11 @@ def agreement(batch: SpecBatch, output: SpecOutput, scheme: RandomScheme = CANON
             f"sample {r}: emits {got}, walk {ref[r, : ref_emitted[r]].tolist()}; "
             f"first difference at position {first}, no near tie"
         )
-        result.first = result.first or (int(r), first)
+        if result.first is None:
+            result.first = (int(r), first)
+            result.first_difference = _difference(
+                mine[r], int(mine_emitted[r]), ref[r], int(ref_emitted[r]), first
+            )
     if unexcused:
         _confirm_with_reference(batch, unexcused, walked, scheme)
     if output.logprobs is not None:
@@ -92,6 +100,19 @@ def agreement(batch: SpecBatch, output: SpecOutput, scheme: RandomScheme = CANON
         agree[mismatched] = False
         result.unexplained += _logprob_problems(batch, walked, output.logprobs.detach().cpu().numpy(), agree)
     return result
+
+
+def _difference(mine: np.ndarray, mine_emitted: int, ref: np.ndarray, ref_emitted: int, position: int) -> str:
+    """The first difference of one sample from the walk, in words."""
+    walk = "the walk, fed the same random numbers,"
+    if position >= mine_emitted:
+        return (
+            f"the output stops after {mine_emitted} tokens where {walk} emits token {ref[position]} "
+            f"at position {position}"
+        )
+    if mine[position] != ref[position]:
+        return f"position {position}: output token {mine[position]} where {walk} emits {ref[position]}"
+    return f"the output emits {mine_emitted} tokens where {walk} stops after {ref_emitted}"
 
 
 def _confirm_with_reference(
@@ -177,6 +198,13 @@ class Coupled(Check):
             f"{found.excused} near-tie differences (at most {bound})"
         )
         first = found.first or (0, None)
+        request, trial = divmod(first[0], per_request)
+        finding = found.unexplained[0] if found.unexplained else None
+        subject = None
+        if found.first is not None:
+            finding = f"Trial {trial}: {found.first_difference}"
+            seed = int(compared.seed[first[0]])
+            subject = f"{describe_request(checked, request)}; its trial {trial} with seed {seed}"
         return exact_verdict(
             self.name,
             variant,
@@ -186,8 +214,10 @@ class Coupled(Check):
             failed=f"{len(found.unexplained)} differences ({summary}); first: {found.unexplained[0]}"
             if found.unexplained
             else f"too many near-tie differences: {summary}",
-            request=first[0] // per_request,
+            request=request,
             position=first[1],
+            subject=subject,
+            finding=finding,
         )
 
 

@@ -25,6 +25,7 @@ from specsample.properties.checks.base import (
     Settings,
     Trials,
     Verdict,
+    describe_request,
     draw_trials,
     exact_verdict,
 )
@@ -110,11 +111,14 @@ def broken_invariants(
 @dataclass(frozen=True)
 class Violations:
     """How many samples of an output break an invariant, ``(request, position, description)`` of the
-    first of them (or ``None``), and one line per violating sample (at most `limit` of them)."""
+    first of them (or ``None``), one line per violating sample (at most `limit` of them), and the
+    output row of the first violating sample (``None`` when none, or when the output's shapes are
+    at fault)."""
 
     count: int
     first: tuple[int | None, int | None, str] | None
     descriptions: list[str]
+    first_row: int | None = None
 
 
 def find_violations(
@@ -130,7 +134,8 @@ def find_violations(
     checked = CheckedBatch.of(batch, arithmetic)
     method = METHODS[checked.batch.method]
     descriptions = list(problems or [])
-    first = (None, None, descriptions[0]) if descriptions else None
+    first: tuple[int | None, int | None, str] | None = (None, None, descriptions[0]) if descriptions else None
+    first_row = None
     count = len(descriptions)
     tokens_all = output.token_ids.detach().cpu().numpy().astype(np.int64)
     emitted_all = output.num_emitted.detach().cpu().numpy().astype(np.int64)
@@ -149,8 +154,10 @@ def find_violations(
             descriptions.append(
                 f"request {b} trial {t}: {invariant}: emits {shown} (num_emitted {int(emitted[t])}){logprob}"
             )
-            first = first or (b, int(np.clip(emitted[t], 1, None)) - 1, descriptions[-1])
-    return Violations(count, first, descriptions)
+            if first is None:
+                first = (b, int(np.clip(emitted[t], 1, None)) - 1, descriptions[-1])
+                first_row = b * num_trials + int(t)
+    return Violations(count, first, descriptions, first_row)
 
 
 def violations(batch: SpecBatch, output: SpecOutput) -> list[str]:
@@ -174,6 +181,10 @@ class Invariants(Check):
         found = find_violations(checked, trials.output, trials.num_trials, trials.problems, limit=1)
         total = checked.batch.num_requests * trials.num_trials
         request, position, text = found.first or (None, None, "")
+        subject = None
+        if request is not None and found.first_row is not None:
+            trial, seed = found.first_row % trials.num_trials, int(trials.seeds[found.first_row])
+            subject = f"{describe_request(checked, request)}; its trial {trial} with seed {seed}"
         return exact_verdict(
             self.name,
             variant,
@@ -185,6 +196,7 @@ class Invariants(Check):
             position=position,
             samples_per_case=trials.num_trials,
             trials=trials.num_trials,
+            subject=subject,
         )
 
 

@@ -4,23 +4,29 @@ Exact binomial tests: the count of each ``m = j`` against ``Bin(N, P(m = j))``, 
 ``i`` the acceptances among the trials that reached it against ``Bin(reached, a_i)``. Holm combines
 all of them at level ``alpha``. ``detectable``: the absolute deviation of a probability
 ``P(m = j)`` detected with power 0.999 (at Holm's first level ``alpha / k``), the largest over cells
-and requests.
+and requests. A failure shows the cells of ``m`` (or a position's acceptances and rejections) that
+weigh most, and the deviation of the decisive probability.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 
 from specsample.properties import stats
 from specsample.properties.checks.base import (
+    Cell,
     CheckedBatch,
     Component,
+    Detail,
     Deviation,
     Settings,
     StatisticalCheck,
     Trials,
+    binomial_detail,
+    heaviest,
 )
 from specsample.reference.contract import Arithmetic, SpecBatch
 
@@ -38,15 +44,20 @@ def components(
         m = emitted - 1
         size = m.shape[0]
         impossible = int(np.sum((m < 0) | (m > n)))
+        counts = np.bincount(np.clip(m, 0, n), minlength=n + 1)
+        m_cells = [Cell(f"m={j}", int(counts[j]), size * float(law.stop_probs[j])) for j in range(n + 1)]
         if impossible:
             what = f"{impossible} trials with m outside [0, {n}]"
-            tests.append(Component(b, None, 0.0, float(impossible), what))
-        counts = np.bincount(np.clip(m, 0, n), minlength=n + 1)
+            outside = Cell(f"m outside [0, {n}]", impossible, 0.0)
+            explain = functools.partial(Detail, (outside, *heaviest(m_cells)[:-1]), impossible / size)
+            tests.append(Component(b, None, 0.0, float(impossible), what, explain))
         for j in range(n + 1):
             p = float(law.stop_probs[j])
             pvalue = float(stats.binomial_pvalues(counts[j], size, p))
             what = f"m={j} in {counts[j]}/{size} trials, P={p:.4g}"
-            tests.append(Component(b, j, pvalue, counts[j] / size, what))
+            others = m_cells[:j] + m_cells[j + 1 :]
+            explain = functools.partial(_m_detail, m_cells[j], others, size, p)
+            tests.append(Component(b, j, pvalue, counts[j] / size, what, explain))
             cells.append((size, p))
         for i in range(n):
             reached = int(np.sum(m >= i))
@@ -56,10 +67,18 @@ def components(
             a = float(law.accept_probs[i])
             pvalue = float(stats.binomial_pvalues(accepted, reached, a))
             what = f"draft {i} accepted in {accepted}/{reached} trials, rate {a:.4g}"
-            tests.append(Component(b, i, pvalue, accepted / reached, what))
+            labels = (f"draft {i} accepted, of {reached} reaching it", f"draft {i} rejected")
+            explain = functools.partial(binomial_detail, labels, accepted, reached, a, heaviest(m_cells, 3))
+            tests.append(Component(b, i, pvalue, accepted / reached, what, explain))
     level = alpha / max(len(tests), 1)
     detectable = max([stats.binomial_detectable(size, p, level) for size, p in cells], default=math.inf)
     return tests, Deviation(detectable, "probability")
+
+
+def _m_detail(tested: Cell, others: list[Cell], size: int, prob: float) -> Detail:
+    """The detail of the test of one ``P(m = j)``: its cell, then the other cells of ``m`` that weigh
+    most, and the deviation of the probability."""
+    return Detail((tested, *heaviest(others, 4)), abs(tested.observed / size - prob))
 
 
 class LawOfM(StatisticalCheck):

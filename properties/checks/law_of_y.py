@@ -5,11 +5,13 @@ occurred (cells pooled by probability rank, every pooled cell expecting >= 20; o
 probability 0 rejects, which covers the zero-probability tokens), and exact binomial tests of
 `bug_shaped_sets` given each ``m = j``. Holm combines all of them at level ``alpha``.
 ``detectable``: the total variation on the joint law of ``(m, y)`` detected with power 0.999 (at
-Holm's first level ``alpha / k``), the largest over requests.
+Holm's first level ``alpha / k``), the largest over requests. A failure shows the outcomes that weigh
+most in its decisive test (those of probability 0 first) and the total variation it saw.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -19,12 +21,20 @@ from specsample.properties import stats
 from specsample.properties.checks.base import (
     CheckedBatch,
     Component,
+    Detail,
     Deviation,
     Settings,
     StatisticalCheck,
     Trials,
+    binomial_detail,
+    fit_detail,
+    impossible_detail,
+    impossible_note,
+    outcome_label,
+    pooled_cells,
 )
 from specsample.reference.contract import Arithmetic, SpecBatch, Variant
+from specsample.reference.law import RequestLaw
 
 DEFAULT_BLOCK_SIZE = 4096
 I64Array = npt.NDArray[np.int64]
@@ -70,7 +80,10 @@ def components(
         ok &= (y >= 0) & (y < vocab_size)
         if not ok.all():
             bad = int(np.sum(~ok))
-            tests.append(Component(b, None, 0.0, float(bad), f"{bad} trials with m or y out of range"))
+            explain = functools.partial(impossible_detail, "m or y out of range", bad, m.size)
+            tests.append(
+                Component(b, None, 0.0, float(bad), f"{bad} trials with m or y out of range", explain)
+            )
         m, y = m[ok], y[ok]
         if m.size == 0 or (n + 1) * vocab_size == 1:
             continue  # a request with one possible outcome has no law to get wrong
@@ -78,27 +91,72 @@ def components(
         joints.append(joint_law)
         joint = np.bincount(m * vocab_size + y, minlength=(n + 1) * vocab_size).astype(np.float64)
         fit = stats.GoodnessOfFit(joint_law, m.size)
-        what = f"joint law of (m, y): G over {fit.num_groups} pooled cells, N={m.size}"
-        tests.append(Component(b, None, float(fit.pvalues(joint)), float(fit.statistics(joint)), what))
+        pvalue = float(fit.pvalues(joint))
+        what = f"joint law of (m, y): G over {pooled_cells(fit.num_groups)}, N={m.size}"
+        if pvalue == 0.0:
+            what += impossible_note(joint_law, joint, lambda i: _joint_name(i, vocab_size))
+        explain = functools.partial(_joint_detail, law, m, y)
+        tests.append(Component(b, None, pvalue, float(fit.statistics(joint)), what, explain))
         joint = joint.reshape(n + 1, vocab_size)
         for j in range(n + 1):
             reached = int(joint[j].sum())
             if reached == 0:
                 continue
             fit, row = stats.GoodnessOfFit(law.token_probs[j], reached), joint[j]
-            what = f"y given m={j}: G over {fit.num_groups} pooled cells, N={reached}"
-            tests.append(Component(b, j, float(fit.pvalues(row)), float(fit.statistics(row)), what))
+            pvalue = float(fit.pvalues(row))
+            what = f"y given m={j}: G over {pooled_cells(fit.num_groups)}, N={reached}"
+            if pvalue == 0.0:
+                what += impossible_note(law.token_probs[j], row, lambda t: f"token {t}")
+            explain = functools.partial(_given_detail, law, j, y[m == j])
+            tests.append(Component(b, j, pvalue, float(fit.statistics(row)), what, explain))
             draft = int(law.draft_token_ids[j]) if j < n else -1
             for name, chosen in bug_shaped_sets(vocab_size, draft, block_size).items():
                 p = float(law.token_probs[j, chosen].sum())
                 hits = int(joint[j, chosen].sum())
                 pvalue = float(stats.binomial_pvalues(hits, reached, p))
                 what = f"y in {name} given m={j}: {hits}/{reached}, P={p:.4g}"
-                tests.append(Component(b, j, pvalue, hits / reached, what))
+                labels = (f"{name} given m={j}", f"other tokens given m={j}")
+                explain = functools.partial(binomial_detail, labels, hits, reached, p)
+                tests.append(Component(b, j, pvalue, hits / reached, what, explain))
     level = alpha / max(len(tests), 1)
     fits = [stats.GoodnessOfFit(j, trials.num_trials, alpha=level) for j in joints]
     detectable = max([fit.detectable_tv for fit in fits], default=math.inf)
     return tests, Deviation(detectable, "total variation")
+
+
+def _joint_name(index: int, vocab_size: int) -> str:
+    """Outcome ``index`` of a flattened joint law of ``(m, y)`` in words: ``"token 7 with m=1"``."""
+    m, y = divmod(index, vocab_size)
+    return f"token {y} with m={m}"
+
+
+def _joint_detail(law: RequestLaw, m: I64Array, y: I64Array) -> Detail:
+    """The detail of the G-test of the joint law of ``(m, y)`` on trials ``(m, y)``."""
+    vocab_size = law.token_probs.shape[1]
+    joint_law = law.joint_probs().reshape(-1)
+    counts = np.bincount(m * vocab_size + y, minlength=joint_law.size)
+    fit = stats.GoodnessOfFit(joint_law, m.size)
+
+    def label(cell: stats.FitCell) -> str:
+        stops, tokens = np.divmod(cell.members, vocab_size)
+        if np.all(stops == stops[0]):
+            return outcome_label(tokens.tolist(), cell.probability, context=f" with m={stops[0]}")
+        if cell.members.size <= 3:
+            return ", ".join(_joint_name(int(i), vocab_size) for i in cell.members)
+        mass = "probability 0" if cell.probability == 0 else f"total probability {cell.probability:.3g}"
+        return f"{cell.members.size} outcomes (m, y) of {mass}"
+
+    return fit_detail(fit, counts, label)
+
+
+def _given_detail(law: RequestLaw, j: int, y: I64Array) -> Detail:
+    """The detail of the G-test of ``y`` given ``m = j`` on the tokens ``y`` of the trials with ``m = j``."""
+    probs = law.token_probs[j]
+    fit = stats.GoodnessOfFit(probs, y.size)
+    counts = np.bincount(y, minlength=probs.size)
+    return fit_detail(
+        fit, counts, lambda c: outcome_label(c.members.tolist(), c.probability, context=f" given m={j}")
+    )
 
 
 class LawOfY(StatisticalCheck):

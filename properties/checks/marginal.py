@@ -18,10 +18,14 @@ check's seed, so a verdict replays). A trial reaches position ``k`` when the fir
 that sequence equal its drafts ``d_0 .. d_{k-1}``, and its token there follows ``p_k``: the drafts
 are drawn from fixed rows ``q_i``, the target rows are fixed too, so the sequence follows the
 target law position by position.
+
+A failure shows the tokens at the decisive position that weigh most (those of probability 0 first)
+and the total variation seen there.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -31,12 +35,18 @@ from specsample.properties import stats
 from specsample.properties.checks.base import (
     CheckedBatch,
     Component,
+    Detail,
     Deviation,
     Settings,
     StatisticalCheck,
     Trials,
     derived_rng,
     draw_trials,
+    fit_detail,
+    impossible_detail,
+    impossible_note,
+    outcome_label,
+    pooled_cells,
 )
 from specsample.reference.contract import Arithmetic, SpecBatch, Variant
 from specsample.reference.methods import METHODS
@@ -127,17 +137,33 @@ def components(
                 continue
             inside = (reached >= 0) & (reached < vocab_size)
             if not inside.all():
+                bad = int(np.sum(~inside))
                 what = f"ids out of range at position {k}"
-                tests.append(Component(b, k, 0.0, float(np.sum(~inside)), what))
+                label = f"position {k}: an id outside [0, {vocab_size})"
+                explain = functools.partial(impossible_detail, label, bad, reached.size)
+                tests.append(Component(b, k, 0.0, float(bad), what, explain))
                 continue
             counts = np.bincount(reached, minlength=vocab_size)
             fit = stats.GoodnessOfFit(law.target_probs[k], reached.size)
-            what = f"position {k} vs p_{k}: G over {fit.num_groups} pooled cells, N={reached.size}"
-            tests.append(Component(b, k, float(fit.pvalues(counts)), float(fit.statistics(counts)), what))
+            pvalue = float(fit.pvalues(counts))
+            what = f"position {k} vs p_{k}: G over {pooled_cells(fit.num_groups)}, N={reached.size}"
+            if pvalue == 0.0:
+                what += impossible_note(law.target_probs[k], counts, lambda t: f"token {t}")
+            explain = functools.partial(_position_detail, law.target_probs[k], k, reached)
+            tests.append(Component(b, k, pvalue, float(fit.statistics(counts)), what, explain))
     level = alpha / max(len(tests), 1)
     fits = [stats.GoodnessOfFit(p, trials.num_trials, alpha=level) for p in first_rows]
     detectable = max([fit.detectable_tv for fit in fits], default=math.inf)
     return tests, Deviation(detectable, "total variation")
+
+
+def _position_detail(target: F64Array, k: int, reached: I64Array) -> Detail:
+    """The detail of the G-test of position ``k`` against its target law, on the tokens ``reached``."""
+    fit = stats.GoodnessOfFit(target, reached.size)
+    counts = np.bincount(reached, minlength=target.size)
+    return fit_detail(
+        fit, counts, lambda c: f"position {k}: {outcome_label(c.members.tolist(), c.probability)}"
+    )
 
 
 class Marginal(StatisticalCheck):
@@ -146,6 +172,7 @@ class Marginal(StatisticalCheck):
 
     name = "marginal"
     shares_trials = False
+    varies = "each trial with a fresh seed and drafts drawn afresh from q"
 
     def __init__(self, max_elements: int | None = None) -> None:
         self.max_elements = max_elements

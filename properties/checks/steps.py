@@ -7,7 +7,8 @@ step (or mixes it in too weakly) passes them and repeats itself every step in pr
 check keeps each request's seed, gives each trial a distinct step, and runs the tests of the law of
 ``y`` (`properties.checks.law_of_y`: the joint law of ``(m, y)`` among them) on those trials,
 combined by Holm at level ``alpha``. ``detectable``: the total variation on the joint law of
-``(m, y)`` detected with power 0.999, as for the law of ``y``.
+``(m, y)`` detected with power 0.999, as for the law of ``y``; a failure shows the law of ``y``'s
+cells and deviation.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class Steps(StatisticalCheck):
 
     name = "steps"
     shares_trials = False
+    varies = "the request's own seed, each trial at a distinct step"
 
     def draw(self, variant: Variant, checked: CheckedBatch, settings: Settings) -> Trials:
         """Each request's own seed, a distinct step per trial."""
