@@ -3,7 +3,9 @@
 - ``--bench-grid`` picks the cases: ``gate`` (the default on a GPU), ``full`` (docs/design.md's whole
   grid, for RESULTS.md) or ``smoke`` (tiny shapes; the default without CUDA). The environment
   variable ``SPECSAMPLE_BENCH_GRID`` sets the default.
-- ``--bench-variants`` names the registered variants to time side by side (``triton,torch``).
+- ``--bench-variants`` names the variants to time side by side (``triton,torch``): registered names
+  or any variant spec (``package.module:NAME``, ``path/to/file.py:NAME``); each is timed on the
+  cases inside its ``capabilities`` (methods, logit dtypes, draft kinds, vocabulary).
 - Without CUDA the suite is a smoke test: timing is disabled, so each benchmark runs once.
 - ``machine_info`` gains the GPU, driver, CUDA, torch and Triton versions; the JSON gains the
   ceilings measured in the run; comparing against a baseline of another GPU is an error.
@@ -24,14 +26,16 @@ from specsample.benchmarks.grid import (
     SMOKE_CASES,
     Case,
     full_grid,
+    within,
 )
-from specsample.benchmarks.session import BenchSession
+from specsample.benchmarks.session import BenchSession, load_variants
 from specsample.benchmarks.timing import gpu_description
-from specsample.kernels import registry
+from specsample.reference.contract import Variant, capabilities
 
 GRID_ENV = "SPECSAMPLE_BENCH_GRID"
 GRIDS = ("gate", "full", "smoke")
 DEFAULT_VARIANTS = "triton,torch"
+_VARIANTS_KEY = pytest.StashKey[dict[str, Variant]]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -46,15 +50,24 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--bench-variants",
         default=DEFAULT_VARIANTS,
-        help=f"comma-separated registered variants to time side by side (default {DEFAULT_VARIANTS})",
+        help="comma-separated variants to time side by side: registered names or specs "
+        f"(package.module:NAME, path/to/file.py:NAME); default {DEFAULT_VARIANTS}",
     )
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
-    """Without CUDA, disable timing before pytest-benchmark reads the option: one untimed call each."""
+    """Without CUDA, disable timing before pytest-benchmark reads the option: one untimed call each.
+    Resolve ``--bench-variants`` (a spec that does not resolve is a usage error), and register the
+    ``bench`` marker where no project configuration does (an installed copy run from elsewhere)."""
     if not torch.cuda.is_available():
         config.option.benchmark_disable = True
+    if not any(line.split(":", 1)[0].strip() == "bench" for line in config.getini("markers")):
+        config.addinivalue_line("markers", "bench: latency benchmarks (benchmarks/)")
+    try:
+        config.stash[_VARIANTS_KEY] = load_variants(str(config.getoption("--bench-variants")))
+    except ValueError as error:
+        raise pytest.UsageError(f"--bench-variants: {error}") from error
 
 
 def grid_name(config: pytest.Config) -> str:
@@ -70,24 +83,22 @@ def grid_cases(name: str) -> tuple[Case, ...]:
     return {"gate": GATE_CASES, "full": full_grid(), "smoke": SMOKE_CASES}[name]
 
 
-def variant_names(config: pytest.Config) -> list[str]:
-    """The variants named by ``--bench-variants``."""
-    return [name.strip() for name in str(config.getoption("--bench-variants")).split(",") if name.strip()]
+def bench_variants(config: pytest.Config) -> dict[str, Variant]:
+    """The variants of ``--bench-variants`` by name, as `pytest_configure` resolved them."""
+    return config.stash[_VARIANTS_KEY]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Parametrize ``case`` x ``variant_name`` over the chosen grid, each case's variants together."""
-    names = variant_names(metafunc.config)
+    """Parametrize ``case`` x ``variant_name`` over the chosen grid, each case's variants together;
+    a variant gets the cases inside its capabilities (every case when it declares none)."""
+    variants = bench_variants(metafunc.config)
     if "case" in metafunc.fixturenames:
-        # Each variant is timed on the methods it implements (an unregistered name skips at run time).
-        methods = {
-            name: registry.get(name).capabilities.methods for name in names if name in registry.names()
-        }
+        declared = {name: capabilities(variant) for name, variant in variants.items()}
         cases = grid_cases(grid_name(metafunc.config))
-        pairs = [(c, name) for c in cases for name in names if c.method in methods.get(name, (c.method,))]
+        pairs = [(c, name) for c in cases for name in variants if within(c, declared[name])]
         metafunc.parametrize(("case", "variant_name"), pairs, ids=[f"{c.id}-{n}" for c, n in pairs])
     elif "variant_name" in metafunc.fixturenames:
-        metafunc.parametrize("variant_name", names)
+        metafunc.parametrize("variant_name", list(variants))
 
 
 @pytest.fixture(scope="session")
@@ -95,7 +106,7 @@ def bench_session(request: pytest.FixtureRequest) -> BenchSession:
     """The shared benchmark state; CUDA device 0 when present, else the CPU (smoke mode)."""
     config = request.config
     device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
-    session = BenchSession(device=device, grid=grid_name(config))
+    session = BenchSession(device=device, grid=grid_name(config), variants=bench_variants(config))
     config.stash[_SESSION_KEY] = session
     return session
 

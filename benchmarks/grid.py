@@ -10,6 +10,9 @@ temperature and method. Three grids use it:
 - `SMOKE_CASES`: tiny shapes with the same structural variety, run once untimed on a CPU under the
   Triton interpreter.
 
+A sampler is timed on the cases inside its declared capabilities (`within`): its methods, logit
+dtypes, draft kinds (the layout) and largest vocabulary.
+
 Byte accounting (`min_bytes`) follows docs/design.md ("Benchmark grid"): every target logit once,
 every draft logit once when the law needs ``q`` (probabilistic and block rows with ``T > 0``; strict,
 synthetic and greedy rows never depend on ``q``), the small per-request inputs once and the outputs
@@ -25,7 +28,7 @@ from dataclasses import dataclass
 import torch
 
 from specsample.kernels.rejection import KERNEL_METHODS
-from specsample.reference.contract import SpecBatch
+from specsample.reference.contract import Capabilities, SpecBatch
 from specsample.reference.methods import METHODS as METHOD_TABLE
 
 BATCH_SIZES = (1, 16, 64, 256)
@@ -139,6 +142,17 @@ def _gate_cases() -> tuple[Case, ...]:
 GATE_CASES = _gate_cases()
 # The host-latency target: B = 1, n = 4, V = 128256, measured from Python as a user calls it.
 CALL_LATENCY_CASE = Case("probabilistic", "fp32", "flat", 1.0, 1, 4, 128256)
+
+
+def within(case: Case, capabilities: Capabilities) -> bool:
+    """Whether a sampler that declares ``capabilities`` takes the inputs of ``case``: its method, its
+    logit dtype, its draft logits (the layout names the draft kind) and its vocabulary."""
+    return (
+        case.method in capabilities.methods
+        and TORCH_DTYPES[case.dtype] in capabilities.dtypes
+        and case.layout in capabilities.draft_kinds
+        and case.vocab <= capabilities.max_vocab
+    )
 
 
 def full_grid() -> tuple[Case, ...]:

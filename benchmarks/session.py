@@ -6,26 +6,54 @@ import dataclasses
 import functools
 from typing import Any
 
-import pytest
 import torch
 
 from specsample.benchmarks.grid import Case, make_inputs, specialise
 from specsample.benchmarks.planted import with_planted_slowdown
 from specsample.benchmarks.timing import Ceilings, ColdCallTimer, measure_ceilings
-from specsample.kernels import registry
-from specsample.reference.contract import SpecBatch, Variant
+from specsample.properties.variant_spec import SpecError, load_variant
+from specsample.reference.contract import SpecBatch, Variant, capabilities
+
+
+def load_variants(specs: str) -> dict[str, Variant]:
+    """The variants of ``--bench-variants`` by name, each wrapped in the planted slowdown where
+    ``SPECSAMPLE_BENCH_EXTRA_PASS`` or ``SPECSAMPLE_BENCH_PLANTED`` names it (`planted`).
+
+    Args:
+        specs: comma-separated variant specs, as ``fuzz --variant`` takes them: registered names
+            (``triton``, ``torch``), ``package.module:NAME`` or ``path/to/file.py:NAME``.
+
+    Raises:
+        SpecError: naming the spec that does not resolve, whose ``capabilities`` are not
+            `Capabilities`, or that shares its name with another spec's variant.
+        ValueError: naming ``SPECSAMPLE_BENCH_PLANTED`` and its entry, if one is malformed.
+    """
+    variants: dict[str, Variant] = {}
+    for spec in (entry.strip() for entry in specs.split(",")):
+        if not spec:
+            continue
+        variant = load_variant(spec)
+        try:
+            capabilities(variant)
+        except ValueError as error:
+            raise SpecError(f"variant spec {spec!r}: {error}") from error
+        if variant.name in variants:
+            raise SpecError(f"variant spec {spec!r} names a second variant called {variant.name!r}")
+        variants[variant.name] = with_planted_slowdown(variant.name, variant)
+    return variants
 
 
 @dataclasses.dataclass
 class BenchSession:
     """What the benchmarks of one session share. Inputs for one ``(dtype, batch, drafts, vocab, layout)``
     are built once and kept until a case needs other logits, so the variants of a case, and the methods
-    and temperatures that share its logits, run on the same tensors."""
+    and temperatures that share its logits, run on the same tensors. ``variants`` are the variants
+    timed, by name (``--bench-variants``, with the planted slowdown where it is asked for)."""
 
     device: torch.device
     grid: str
+    variants: dict[str, Variant] = dataclasses.field(default_factory=dict)
     _inputs: tuple[tuple[Any, ...], SpecBatch] | None = None  # (key, batch) of the last case
-    _variants: dict[str, Variant] = dataclasses.field(default_factory=dict)
 
     @functools.cached_property
     def ceilings(self) -> Ceilings:
@@ -43,12 +71,8 @@ class BenchSession:
         return ColdCallTimer(self.device)
 
     def variant(self, name: str) -> Variant:
-        """The registered variant ``name`` (with the planted slowdown if asked for), or a skip."""
-        if name not in self._variants:
-            if name not in registry.names():
-                pytest.skip(f"variant {name!r} is not registered (registered: {registry.names()})")
-            self._variants[name] = with_planted_slowdown(name, registry.get(name))
-        return self._variants[name]
+        """The variant timed under ``name``."""
+        return self.variants[name]
 
     def inputs(self, case: Case) -> SpecBatch:
         """The batch of ``case``, sharing logits with the previous case when they agree."""

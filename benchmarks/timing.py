@@ -44,7 +44,10 @@ CEILING_REPEATS = 30
 HOLD_DISPATCH_MULTIPLE = 2.0
 HOLD_EXTRA_SECONDS = 20e-6
 HOLD_MAX_SECONDS = 2e-3
+# The spin's clock rate is timed on SPIN_CALIBRATION_REPEATS spins of SPIN_CALIBRATION_CYCLES cycles
+# (about 0.5 ms each on a Hopper GPU), median.
 SPIN_CALIBRATION_CYCLES = 1_000_000
+SPIN_CALIBRATION_REPEATS = 5
 # Rounds per benchmark: enough for a stable median within a time budget per benchmark. The gate
 # spends more per benchmark than the full grid, whose 2304 benchmarks must fit in a few minutes.
 ROUND_BUDGET_SECONDS = {"gate": 0.3, "full": 0.05, "smoke": 0.0}
@@ -93,6 +96,7 @@ class ColdCallTimer:
         self.end = torch.cuda.Event(enable_timing=True)
         self.dispatch_seconds: list[float] = []
         self.hold_seconds = 0.0
+        self.spin = GpuSpin()
 
     def flush(self) -> None:
         """Evict the L2 by overwriting the flush buffer (enqueued, not waited for)."""
@@ -106,18 +110,7 @@ class ColdCallTimer:
     def prepare_round(self) -> None:
         """Flush the L2, then keep the GPU busy for `hold_seconds` (both enqueued, not waited for)."""
         self.flush()
-        if self.hold_seconds > 0:
-            torch.cuda._sleep(int(self.hold_seconds * self.spin_cycles_per_second))
-
-    @functools.cached_property
-    def spin_cycles_per_second(self) -> float:
-        """The rate of the spin kernel's clock, measured once."""
-        torch.cuda._sleep(SPIN_CALIBRATION_CYCLES)
-        self.start.record()
-        torch.cuda._sleep(SPIN_CALIBRATION_CYCLES)
-        self.end.record()
-        self.end.synchronize()
-        return SPIN_CALIBRATION_CYCLES / (self.start.elapsed_time(self.end) / 1e3)
+        self.spin(self.hold_seconds)
 
     def flush_and_wait(self) -> None:
         """Evict the L2 and wait until the device is idle."""
@@ -155,6 +148,45 @@ class ColdCallTimer:
         return result
 
 
+class GpuSpin:
+    """Keeps the current CUDA stream busy for a given time, adding no memory traffic.
+
+    A call enqueues `torch.cuda._sleep`: one thread spinning on the SM clock for a number of cycles,
+    converted from seconds at the clock rate measured on first use (`cycles_per_second`).
+
+    Args:
+        sleep: enqueues a spin of the given number of cycles on the current stream
+            (`torch.cuda._sleep` unless given).
+        gpu_seconds: the median GPU time in seconds of a callable over a number of repeats
+            (`median_event_seconds` unless given).
+    """
+
+    def __init__(
+        self,
+        sleep: Callable[[int], None] | None = None,
+        gpu_seconds: Callable[[Callable[[], Any], int], float] | None = None,
+    ) -> None:
+        self.sleep = torch.cuda._sleep if sleep is None else sleep
+        self.gpu_seconds = median_event_seconds if gpu_seconds is None else gpu_seconds
+
+    @functools.cached_property
+    def cycles_per_second(self) -> float:
+        """The spin's clock rate: `SPIN_CALIBRATION_CYCLES` over the median time of a spin that long."""
+        seconds = self.gpu_seconds(lambda: self.sleep(SPIN_CALIBRATION_CYCLES), SPIN_CALIBRATION_REPEATS)
+        if not seconds > 0:
+            raise RuntimeError(f"a spin of {SPIN_CALIBRATION_CYCLES} cycles took {seconds} s; expected > 0")
+        return SPIN_CALIBRATION_CYCLES / seconds
+
+    def cycles(self, seconds: float) -> int:
+        """The spin cycles that last ``seconds``."""
+        return round(seconds * self.cycles_per_second)
+
+    def __call__(self, seconds: float) -> None:
+        """Enqueue a spin of ``seconds`` on the current stream (nothing for ``seconds <= 0``)."""
+        if seconds > 0:
+            self.sleep(self.cycles(seconds))
+
+
 @dataclass(frozen=True)
 class Ceilings:
     """The device-memory ceilings measured on this GPU in this run.
@@ -186,7 +218,9 @@ def capture_graph(fn: Callable[[], Any]) -> tuple[torch.cuda.CUDAGraph, Any]:
     return graph, output
 
 
-def _median_event_seconds(fn: Callable[[], Any], repeats: int) -> float:
+def median_event_seconds(fn: Callable[[], Any], repeats: int) -> float:
+    """The median GPU time of ``fn()`` over ``repeats`` calls enqueued back to back, each between two
+    CUDA events on the current stream, after one call outside the timing."""
     fn()
     torch.cuda.synchronize()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
@@ -203,8 +237,8 @@ def measure_ceilings(device: torch.device, num_bytes: int = CEILING_BYTES) -> Ce
     """Time a ``num_bytes`` device-to-device copy and a ``num_bytes`` fp32 sum (medians of 30)."""
     source = torch.randn(num_bytes // 4, device=device)
     target = torch.empty_like(source)
-    copy_seconds = _median_event_seconds(lambda: target.copy_(source), CEILING_REPEATS)
-    read_seconds = _median_event_seconds(lambda: source.sum(), CEILING_REPEATS)
+    copy_seconds = median_event_seconds(lambda: target.copy_(source), CEILING_REPEATS)
+    read_seconds = median_event_seconds(lambda: source.sum(), CEILING_REPEATS)
     return Ceilings(copy_bytes_per_s=2 * num_bytes / copy_seconds, read_bytes_per_s=num_bytes / read_seconds)
 
 
