@@ -42,7 +42,7 @@ from hypothesis.database import (
 )
 from hypothesis.errors import Flaky
 
-from specsample.fuzz.budget import CostModel
+from specsample.fuzz.budget import CALLS_PER_CHECK_RUN, CostModel
 from specsample.fuzz.coverage import Coverage
 from specsample.fuzz.progress import Progress
 from specsample.fuzz.reproducer import Reproducer, versions
@@ -73,6 +73,12 @@ class CampaignResult:
         found_after: seconds from the start until the failure was found (before shrinking).
         case: where the failure was found; ``reproducer`` the file written for it.
         verdicts: every full-power verdict.
+        searched: search batches screened (the targeted cases not counted).
+        search_wanted: whether the campaign was asked to search (a campaign that was, and screened no
+            search batch, checked nothing it was asked for beyond the targeted cases: inconclusive).
+        interrupted: the campaign was stopped by the user (Ctrl-C) before its budget ran out.
+        longest_run: the longest single run of the checks, in seconds (what a budget overrun is due to).
+        budget: the campaign's budget in seconds.
     """
 
     variant: str
@@ -92,6 +98,11 @@ class CampaignResult:
     reproducer: Path | None = None
     verdicts: list[Verdict] = field(default_factory=list)
     coverage: Coverage | None = None
+    searched: int = 0
+    search_wanted: bool = True
+    interrupted: bool = False
+    longest_run: float = 0.0
+    budget: float = math.inf
 
     @property
     def screened(self) -> int:
@@ -100,8 +111,23 @@ class CampaignResult:
 
     @property
     def status(self) -> str:
-        """``"fail"`` when a check failed, else ``"inconclusive"`` when one lacked power, else ``"pass"``."""
-        return "fail" if self.failure else "inconclusive" if self.checks_inconclusive else "pass"
+        """``"fail"`` when a check failed, else ``"inconclusive"`` when one lacked power, when the campaign
+        checked nothing (no batch at all, or no search batch where a search was asked for) or was
+        interrupted, else ``"pass"``."""
+        if self.failure:
+            return "fail"
+        nothing = not self.screened or (self.search_wanted and not self.searched)
+        return "inconclusive" if self.checks_inconclusive or nothing or self.interrupted else "pass"
+
+    def overrun(self) -> str | None:
+        """Why the campaign ran past its budget plus `GRACE`, or ``None`` when it did not."""
+        if not math.isfinite(self.budget) or self.seconds <= self.budget * (1 + GRACE) + 1e-9:
+            return None
+        return (
+            f"ran {self.seconds:.0f} s on a {self.budget:.0f} s budget: one run of the checks took "
+            f"{self.longest_run:.0f} s (at least {FEWEST_TRIALS} trials per request of one batch), and a "
+            "run is never cut short"
+        )
 
     def _trial_range(self) -> dict[str, int]:
         """The fewest, median and most trials per request of the screens (0 before any)."""
@@ -125,7 +151,17 @@ class CampaignResult:
 
     def inconclusive_reasons(self, most: int = 3) -> list[str]:
         """Why the campaign is inconclusive: the first inconclusive verdicts, and unconfirmed batches."""
-        reasons = [v.message for v in self.verdicts if v.status == "inconclusive"][:most]
+        reasons = []
+        if self.interrupted:
+            reasons.append(f"interrupted after {self.seconds:.0f} s of a {self.budget:.0f} s budget")
+        if not self.screened:
+            reasons.append("no batch was checked: nothing inside the sampler's capabilities, or no time")
+        elif self.search_wanted and not self.searched:
+            reasons.append(
+                f"no search batch was checked: the targeted cases took the budget ({self.seconds:.0f} s of "
+                f"{self.budget:.0f}); a larger --budget gives the search its time"
+            )
+        reasons += [v.message for v in self.verdicts if v.status == "inconclusive"][:most]
         if self.unconfirmed:
             reasons.append(
                 f"{self.unconfirmed} suspicious batches could not be confirmed in the time left: a larger "
@@ -140,6 +176,9 @@ class CampaignResult:
             "status": self.status,
             "cases": self.screened,
             "screened": self.screened,
+            "searched": self.searched,
+            "interrupted": self.interrupted,
+            "overrun": self.overrun(),
             "screen_trials": self._trial_range(),
             "confirmations": self.confirmations,
             "skipped": self.skipped,
@@ -291,7 +330,7 @@ def run_campaign(
     Batches lie inside the variant's declared capabilities.
     """
     caps = capabilities(variant)
-    methods = tuple(m for m in (methods or METHODS) if m in caps.methods)
+    methods = tuple(m for m in (METHODS if methods is None else methods) if m in caps.methods)
     budget = profiles.get(profile)
     required = budget.num_samples
     full = num_samples if num_samples is not None else budget.num_samples
@@ -304,8 +343,14 @@ def run_campaign(
     # A screen gets about this much time: a large batch is screened with fewer trials than a small
     # one, so that the search sees many batches (at least `SCREENS_PER_BUDGET` when they are large).
     screen_seconds = max(MIN_SCREEN_SECONDS, seconds / SCREENS_PER_BUDGET)
-    result = CampaignResult(variant=spec, alpha=budget.alpha, coverage=Coverage.of(budget, caps, methods))
-    bar = Progress(f"fuzz {spec}", seconds, "s", enabled=progress)
+    result = CampaignResult(
+        variant=spec,
+        alpha=budget.alpha,
+        coverage=Coverage.of(budget, caps, methods),
+        search_wanted=search and rounds != 0 and bool(methods),
+        budget=seconds,
+    )
+    bar = Progress(f"fuzz {spec}", seconds, "s", enabled=progress, ticking=progress)
 
     def check(batch: SpecBatch, names: Sequence[str], trials: int, case_seed: int, power: int) -> Run:
         """The checks ``names`` at ``trials`` per request; a clean verdict below ``power`` is inconclusive."""
@@ -319,11 +364,26 @@ def run_campaign(
             seed=case_seed,
             required_samples=power,
         )
-        cost.record(time.monotonic() - began, trials, batch)
+        took = time.monotonic() - began
+        cost.record(took, trials, batch)
+        result.longest_run = max(result.longest_run, took)
         result.samples += sum(v.num_samples for v in verdicts)
         run = Run(verdicts, trials, case_seed)
         result.best_discrepancy = max(result.best_discrepancy, run.score)
         return run
+
+    def probe(batch: SpecBatch) -> None:
+        """Before anything is measured: one call of ``batch`` untimed (the first call compiles), one
+        timed, giving the cost model what a screen of `FEWEST_TRIALS` would cost, so that a slow
+        sampler's first screen is sized (or skipped) for the time left rather than run blind."""
+        try:
+            variant(batch)
+            began = time.monotonic()
+            variant(batch)
+        except Exception:
+            return  # the checks call it again and report the error as the variant's
+        per_trial = time.monotonic() - began
+        cost.record(CALLS_PER_CHECK_RUN * FEWEST_TRIALS * per_trial, FEWEST_TRIALS, batch)
 
     def tally(run: Run) -> None:
         """Count a full-power run's verdicts."""
@@ -350,6 +410,8 @@ def run_campaign(
         if trials:
             first = trials[0]
         else:
+            if not cost.runs:
+                probe(batch)
             affordable = cost.trials_within(deadline - time.monotonic(), batch, most)
             if affordable < FEWEST_TRIALS:
                 result.skipped += 1
@@ -412,9 +474,9 @@ def run_campaign(
         bar.close()
         return result
 
-    if targeted:
-        cases = targeted_batches(methods, caps)
-        # The targeted cases run at full power where their share of the budget allows it.
+    def targeted_cases() -> tuple[Run, SpecBatch, str] | None:
+        """The targeted cases at full power where their share of the budget allows it."""
+        cases = targeted_batches(methods, caps) if methods else []
         targeted_seconds = TARGETED_SHARE * seconds / max(len(cases), 1)
         for name, batch in cases:
             found = screened_case(
@@ -423,9 +485,10 @@ def run_campaign(
             _show(bar, result, start)
             if found is not None:
                 result.found_after = time.monotonic() - start
-                return finish(found, batch, f"targeted: {name}")
+                return found, batch, f"targeted: {name}"
             if time.monotonic() > deadline:
                 break
+        return None
 
     def search_round(round_seed: int) -> _Found | None:
         """One Hypothesis run of the profile's examples per round, each screened (and confirmed if
@@ -475,8 +538,10 @@ def run_campaign(
                 broken = error  # not the sampler's failure: nothing for Hypothesis to shrink
                 return
             seen[key] = found
-            if result.screened > screened and result.coverage is not None:
-                result.coverage.observe(described)
+            if result.screened > screened:
+                result.searched += 1
+                if result.coverage is not None:
+                    result.coverage.observe(described)
             _show(bar, result, start)
             if found is None:
                 return
@@ -487,16 +552,29 @@ def run_campaign(
 
         # A failure found (and shrunk as far as time allowed) leaves `smallest` holding it; Flaky
         # means the smallest one's final replay ran past the shrink deadline and was a no-op.
-        with contextlib.suppress(_Found, Flaky):
-            example()
+        try:
+            with contextlib.suppress(_Found, Flaky):
+                example()
+        except KeyboardInterrupt:
+            if smallest is None:
+                raise
+            result.interrupted = True  # stopped while shrinking: the smallest failure so far is kept
         if broken is not None:
             raise broken
         return smallest
 
-    round_index = 0
-    while search and time.monotonic() < deadline and (rounds is None or round_index < rounds):
-        found = search_round(seed + round_index)
-        if found is not None:
-            return finish(found.run, found.batch, f"search round {round_index}")
-        round_index += 1
+    try:
+        first = targeted_cases() if targeted else None
+        if first is not None:
+            return finish(*first)
+        round_index = 0
+        while (
+            result.search_wanted and time.monotonic() < deadline and (rounds is None or round_index < rounds)
+        ):
+            found = search_round(seed + round_index)
+            if found is not None:
+                return finish(found.run, found.batch, f"search round {round_index}")
+            round_index += 1
+    except KeyboardInterrupt:
+        result.interrupted = True  # what ran so far is kept; the caller reports it
     return done()

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from specsample.fuzz.budget import Throughput, affordable_samples
 from specsample.fuzz.campaign import CampaignResult, run_campaign
+from specsample.fuzz.command import replay
 from specsample.fuzz.progress import Progress
 from specsample.fuzz.reproducer import versions
 from specsample.fuzz.selftest import SelfTestRecord, run_mutants, table
@@ -49,8 +50,12 @@ class CheckSummary:
 
 
 def _status(statuses: list[str]) -> str:
-    """``fail`` if any failed, else ``inconclusive`` if any was, else ``pass``."""
-    return "fail" if "fail" in statuses else "inconclusive" if "inconclusive" in statuses else "pass"
+    """``fail`` if any failed, else ``interrupted`` if any was, else ``inconclusive`` if any was, else
+    ``pass``."""
+    for status in ("fail", "interrupted", "inconclusive"):
+        if status in statuses:
+            return status
+    return "pass"
 
 
 def summarise(verdicts: list[Verdict]) -> list[CheckSummary]:
@@ -93,14 +98,26 @@ class VariantReport:
     checks: list[CheckSummary]
     campaign: CampaignResult
     not_checked: list[str] = field(default_factory=list)
+    methods: tuple[str, ...] = ()
+    interrupted: str | None = None
+    failure: Verdict | None = None
 
     @property
     def status(self) -> str:
-        """``pass`` only when every applicable check passed at the profile's power."""
+        """``pass`` only when every applicable check passed at the profile's power: a report with no
+        check at all (no method asked for that the variant implements) is inconclusive, never a pass."""
+        if self.interrupted:
+            return "interrupted"
+        if not self.checks:
+            return "inconclusive"
         return _status([c.status for c in self.checks] + [self.campaign.status])
 
     def needs(self) -> str:
         """What an inconclusive variant would need to be certified."""
+        if not self.methods:
+            return "a method it implements: none of those asked for is in its declared capabilities"
+        if not self.checks:
+            return "targeted cases inside its declared capabilities: none of them fits"
         seconds = self.throughput.seconds_for(self.required_samples)
         return (
             f"{self.required_samples} trials per request and case (it ran {self.num_samples}): about "
@@ -130,50 +147,103 @@ def certify_variant(
     caps = capabilities(variant)
     budget = profiles.get(profile)
     chosen = tuple(m for m in (methods or METHODS) if m in caps.methods)
-    cases = targeted_cases(chosen, caps)
+    cases = targeted_cases(chosen, caps) if chosen else []
     batches = [(name, on_device(batch, device)) for name, batch, reason in cases if reason is None]
     not_checked = caps.not_checked() + [
         f"method {m} (not asked for)" for m in caps.methods if m not in chosen
     ]
     not_checked += [f"targeted case '{name}': {reason}" for name, _, reason in cases if reason is not None]
-    throughput = affordable_samples(
-        variant, [b for _, b in batches], budget.num_samples, check_seconds, device, progress=progress
-    )
-    num_samples = throughput.trials
     verdicts: list[Verdict] = []
-    desc = f"certify {spec}: targeted cases, {num_samples} trials per request"
-    with Progress(desc, len(batches), "cases", enabled=progress) as bar:
-        for index, (name, batch) in enumerate(batches):
-            verdicts += run_checks(
+    throughput, interrupted = Throughput(0.0, 0), None
+    campaign = CampaignResult(variant=spec, search_wanted=bool(chosen), budget=campaign_seconds)
+    try:
+        throughput = affordable_samples(
+            variant, [b for _, b in batches], budget.num_samples, check_seconds, device, progress=progress
+        )
+        desc = f"certify {spec}: targeted cases, {throughput.trials} trials per request"
+        with Progress(desc, len(batches), "cases", enabled=progress) as bar:
+            for index, (name, batch) in enumerate(batches):
+                interrupted = f"during the targeted case '{name}' ({index} of {len(batches)} done)"
+                verdicts += run_checks(
+                    variant,
+                    batch,
+                    num_samples=throughput.trials,
+                    alpha=budget.alpha,
+                    seed=index,
+                    required_samples=budget.num_samples,
+                )
+                bar.update(case=name, failed=sum(v.failed for v in verdicts))
+        interrupted = None
+        if chosen:
+            campaign = run_campaign(
                 variant,
-                batch,
-                num_samples=num_samples,
-                alpha=budget.alpha,
-                seed=index,
-                required_samples=budget.num_samples,
+                spec,
+                methods=chosen,
+                profile=profile,
+                seconds=campaign_seconds,
+                targeted=False,
+                num_samples=throughput.trials,
+                device=device,
+                progress=progress,
             )
-            bar.update(case=name, failed=sum(v.failed for v in verdicts))
-    campaign = run_campaign(
-        variant,
-        spec,
-        methods=chosen,
-        profile=profile,
-        seconds=campaign_seconds,
-        targeted=False,
-        num_samples=num_samples,
-        device=device,
-        progress=progress,
-    )
+            interrupted = (
+                f"during the fuzz campaign, after {campaign.seconds:.0f} s" if campaign.interrupted else None
+            )
+    except KeyboardInterrupt:
+        interrupted = interrupted or "while measuring its throughput"
     return VariantReport(
-        spec, num_samples, budget.num_samples, throughput, summarise(verdicts), campaign, not_checked
+        spec,
+        throughput.trials,
+        budget.num_samples,
+        throughput,
+        summarise(verdicts),
+        campaign,
+        not_checked,
+        methods=chosen,
+        interrupted=interrupted,
+        failure=next((v for v in verdicts if v.failed), None),
     )
+
+
+def _explained(verdict: Verdict) -> list[str]:
+    """A failed verdict's explanation (the decisive cells against the exact law), as an indented
+    block, where the verdict carries one."""
+    explain = getattr(verdict, "explain", None)
+    lines = list(explain()) if callable(explain) else []
+    lines = lines[1:] if lines and lines[0] == verdict.message else lines
+    return ["", "```", *lines, "```", ""] if lines else []
 
 
 def _fmt(value: float | None, spec: str = ".3g") -> str:
     return "-" if value is None else format(value, spec)
 
 
-STATUS_WORDS = {"pass": "PASSED", "fail": "FAILED", "inconclusive": "INCONCLUSIVE"}
+STATUS_WORDS = {
+    "pass": "PASSED",
+    "fail": "FAILED",
+    "inconclusive": "INCONCLUSIVE",
+    "interrupted": "INTERRUPTED",
+}
+
+# What every column and term of the report means; printed under the report's header.
+LEGEND = (
+    "How to read it. Per check: **verdict** pass (it ran with the profile's power and saw nothing "
+    "wrong), fail, or inconclusive (it saw nothing wrong but ran fewer trials than the power needs, or "
+    "could detect nothing); **cases** the targeted cases it ran on; **trials** the fewest trials per "
+    "request it ran on a case (the profile asks the number above); **min p-value** the smallest "
+    "Holm-adjusted p-value of its tests over the cases (a check fails below alpha); **detectable** the "
+    "largest, over the cases, of the smallest deviation it detects with power 0.999, in **unit** (`tv`: "
+    "total variation between the observed and the exact law; `abs`: an absolute shift of one "
+    "probability; `rate`: the rate of violating samples an exact check sees); **samples** the sampler "
+    "outputs it drew; **seconds** its wall time, sampler calls included. The fuzz campaign: **cases** "
+    "the batches it screened (every check at few trials per request); **confirmation stages** the "
+    "re-runs of suspicious batches on fresh trials, each at alpha, whose count bounds the campaign's "
+    "false-failure rate; **skipped for time** batches the time left could not check; **checks passed "
+    "at full power** verdicts from a confirmation's last stage; **best discrepancy** the largest "
+    "-log10 of a screen's Bonferroni-adjusted smallest p-value (under a correct sampler it exceeds s "
+    "with probability at most 10^-s: 2 is common, 6 would be suspicious, a failed exact check scores "
+    "300)."
+)
 
 
 def markdown(
@@ -191,11 +261,23 @@ def markdown(
         "",
         "Versions: " + ", ".join(f"{k} {v}" for k, v in versions().items()),
         "",
+        LEGEND,
+        "",
     ]
     for report in reports:
+        lines += [f"## `{report.spec}`: {STATUS_WORDS[report.status]}", ""]
+        if not report.methods:
+            lines += [
+                "Nothing checked: none of the methods asked for is in its declared capabilities "
+                "(`Not checked` below), so no check and no campaign ran.",
+                "",
+            ]
+            lines += [
+                "Not checked (outside the declared capabilities): " + "; ".join(report.not_checked) + "."
+            ]
+            lines += [f"To certify it needs: {report.needs()}.", ""]
+            continue
         lines += [
-            f"## `{report.spec}`: {STATUS_WORDS[report.status]}",
-            "",
             f"{report.num_samples} trials per request and case (the profile asks {report.required_samples}; "
             f"{report.throughput.seconds_per_trial * 1e3:.3g} ms per trial of every case, measured after "
             "the first call).",
@@ -209,23 +291,30 @@ def markdown(
                 f"| {c.check} | {verdict} | {c.cases} | {_fmt(c.trials, 'd')} | {_fmt(c.min_pvalue)} | "
                 f"{_fmt(c.detectable, '.4f')} | {c.unit or '-'} | {c.samples} | {c.seconds:.1f} |"
             )
+        if not report.checks:
+            lines.append("| (none) | - | 0 | - | - | - | - | 0 | 0.0 |")
         campaign = report.campaign
         word = STATUS_WORDS[campaign.status]
         if campaign.status == "pass" and not campaign.checks_passed:
             word += " (screens only: no failure found, no check ran at the profile's power)"
         lines += ["", f"Fuzz campaign: {word}, {campaign.describe()}."]
+        lines += [f"Campaign inconclusive: {reason}." for reason in campaign.inconclusive_reasons()]
+        if campaign.overrun():
+            lines.append(f"Campaign over budget: {campaign.overrun()}.")
+        if report.interrupted:
+            lines.append(f"Interrupted {report.interrupted}: the table holds the cases that finished.")
         if report.not_checked:
             lines.append(
                 "Not checked (outside the declared capabilities): " + "; ".join(report.not_checked) + "."
             )
-        failed = next((c for c in report.checks if c.status == "fail"), None)
-        if failed:
-            lines.append(f"First failure: {failed.message}")
+        if report.failure is not None:
+            lines += [f"First failure: {report.failure.message}", *_explained(report.failure)]
         if campaign.failure is not None:
             lines.append(
                 f"Campaign failure: {campaign.failure.message}"
-                + (f" (reproducer: `{campaign.reproducer}`)" if campaign.reproducer else "")
+                + (f" (replay: `{replay(campaign.reproducer)}`)" if campaign.reproducer else "")
             )
+            lines += _explained(campaign.failure)
         if report.status == "inconclusive":
             lines.append(f"To certify it needs: {report.needs()}.")
         lines.append("")
@@ -252,22 +341,41 @@ def certify(
     Returns the overall status: ``pass``, ``fail`` or ``inconclusive``.
     """
     start = time.monotonic()
-    reports = [
-        certify_variant(
-            spec,
-            profile=profile,
-            campaign_seconds=campaign_seconds,
-            check_seconds=check_seconds,
-            device=device,
-            methods=methods,
-            progress=progress,
+    reports: list[VariantReport] = []
+    records: list[SelfTestRecord] = []
+    for spec in specs:
+        reports.append(
+            certify_variant(
+                spec,
+                profile=profile,
+                campaign_seconds=campaign_seconds,
+                check_seconds=check_seconds,
+                device=device,
+                methods=methods,
+                progress=progress,
+            )
         )
-        for spec in specs
-    ]
-    records = run_mutants(profile=profile, device=device, progress=progress) if mutants else []
+        if reports[-1].interrupted:
+            break  # Ctrl-C: report what ran, certify nothing more
+    stopped = len(reports) < len(specs) or any(r.interrupted for r in reports)
+    self_test = "pass"
+    if mutants and not stopped:
+        try:
+            records = run_mutants(profile=profile, device=device, progress=progress)
+            self_test = "pass" if all(m.killed for m in records) else "fail"
+        except KeyboardInterrupt:
+            self_test = "interrupted"
     seconds = time.monotonic() - start
-    status = _status([r.status for r in reports] + ["pass" if all(m.killed for m in records) else "fail"])
+    status = _status([r.status for r in reports] + [self_test])
     text = markdown(reports, records, profile, seconds, status)
+    if stopped or self_test == "interrupted":
+        left = [s for s in specs[len(reports) :]]
+        text += (
+            "\n**Interrupted** (Ctrl-C): "
+            + (f"not certified: {', '.join(f'`{s}`' for s in left)}; " if left else "")
+            + ("the self-test did not run." if mutants else "")
+            + "\n"
+        )
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.md").write_text(text + "\n")
     data = {
@@ -283,6 +391,8 @@ def certify(
                 "required_samples": r.required_samples,
                 "seconds_per_trial": r.throughput.seconds_per_trial,
                 "not_checked": r.not_checked,
+                "methods": list(r.methods),
+                "interrupted": r.interrupted,
                 "checks": [asdict(c) for c in r.checks],
                 "campaign": r.campaign.summary(),
             }

@@ -1,18 +1,25 @@
-"""``python -m fuzz``: run, replay, list, mutants, certify.
+"""``python -m specsample.fuzz`` (``python -m fuzz`` from the repository root): run, replay, list,
+mutants, certify.
 
-Exit codes: 0 passed, 1 a check failed (or a mutant survived), 2 a usage or environment error,
-3 inconclusive (nothing failed, but a check ran with less power than the profile asks).
+Exit codes: 0 passed, 1 a check failed (or a mutant survived), 2 a usage or environment error (one
+line naming the argument and the value), 3 inconclusive (nothing failed, but a check ran with less
+power than the profile asks, or nothing was checked), 130 interrupted (Ctrl-C: what ran is reported
+and kept).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
+
+from specsample.fuzz import command as cmdline
 
 # Certify's default seconds of sampler calls per variant for the checks (`--check-budget`): the ci
 # profile's 2,000 trials of every targeted case for the Triton sampler under the interpreter on a
@@ -21,7 +28,7 @@ from pathlib import Path
 # the kernels' rule set alike; 240 s affords 2,000 up to 40 ms a trial.
 CHECK_BUDGET_SECONDS = 240.0
 
-EXIT_PASSED, EXIT_FAILED, EXIT_USAGE, EXIT_INCONCLUSIVE = 0, 1, 2, 3
+EXIT_PASSED, EXIT_FAILED, EXIT_USAGE, EXIT_INCONCLUSIVE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 DEFAULT_CORPUS = Path("fuzz-corpus-local")
 
 
@@ -58,6 +65,58 @@ def _number(kind: type, low: float, option: str) -> object:
     return parse
 
 
+def _writable(path: Path, option: str, *, directory: bool = True) -> Path:
+    """``path`` (a directory, or a file with ``directory=False``) if it can be written there, checked
+    before any work is done by writing a probe file; the folders made for the probe are removed again.
+
+    Raises:
+        UsageError: naming ``option``, the path and why it cannot be written.
+    """
+    if path.exists() and directory != path.is_dir():
+        raise UsageError(f"{option} is {str(path)!r}, which is a {'file' if directory else 'directory'}")
+    folder = path if directory else path.parent
+    made = [f for f in (folder, *folder.parents) if not f.exists()]
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".specsample-probe-"):
+            pass
+    except OSError as error:
+        raise UsageError(
+            f"{option} is {str(path)!r}, which cannot be written: {error.strerror or error}"
+        ) from None
+    finally:
+        for created in made:
+            with contextlib.suppress(OSError):
+                created.rmdir()
+    return path
+
+
+def _variant_and_methods(spec: str, methods: tuple[str, ...] | None) -> tuple[object, tuple[str, ...]]:
+    """The variant ``spec`` names and the methods to check: those asked for that it implements.
+
+    Raises:
+        UsageError: ``--methods`` asks only for methods outside the variant's declared capabilities,
+            or the declared capabilities are malformed.
+    """
+    from specsample.fuzz.spec import load_variant
+    from specsample.reference.contract import METHODS, capabilities
+
+    variant = load_variant(spec)
+    try:
+        caps = capabilities(variant)
+    except (ValueError, TypeError) as error:
+        raise UsageError(
+            f"variant {spec!r} declares capabilities the harness cannot read: {error}"
+        ) from error
+    chosen = tuple(m for m in (methods or METHODS) if m in caps.methods)
+    if not chosen:
+        raise UsageError(
+            f"--methods is {','.join(methods or ())!r}, but variant {spec!r} declares only "
+            f"{', '.join(caps.methods)}: nothing to check"
+        )
+    return variant, chosen
+
+
 def _methods(value: str) -> tuple[str, ...]:
     from specsample.reference.contract import METHODS
 
@@ -74,11 +133,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     """Fuzz a variant: targeted cases, then Hypothesis search steered toward large discrepancies.
     Exit 1 with a reproducer on the first failure."""
     from specsample.fuzz.campaign import example_database, run_campaign
-    from specsample.fuzz.spec import load_variant
 
+    _writable(args.corpus, "--corpus")
+    if args.database is not None:
+        _writable(args.database, "--database")
+    variant, methods = _variant_and_methods(args.variant, args.methods)
+    device = _device(args)
     if args.workers > 1:
         return _run_workers(args)
-    variant = load_variant(args.variant)
     if args.blind:
         from specsample.fuzz.selftest import Blind
 
@@ -86,31 +148,54 @@ def cmd_run(args: argparse.Namespace) -> int:
     result = run_campaign(
         variant,
         args.variant,
-        methods=args.methods,
+        methods=methods,
         profile=args.profile,
         seconds=args.budget,
         seed=args.seed,
         corpus=args.corpus,
         shrink=not args.no_shrink,
         targeted=not args.no_targeted,
-        device=_device(args),
+        device=device,
         database=example_database(args.database, args.shared_database),
     )
+    overrun = result.overrun()
     if result.failure is None:
         if result.coverage is not None and result.coverage.batches:
             print("\n".join(result.coverage.lines()))
-        word = "PASSED" if result.status == "pass" else "INCONCLUSIVE"
+        elif result.search_wanted:
+            print("coverage: no search batch was checked")
+        word = {"pass": "PASSED", "inconclusive": "INCONCLUSIVE"}[result.status]
+        word = "INTERRUPTED" if result.interrupted else word
         print(f"{word}: {args.variant}: {result.describe()}")
         if result.status == "pass" and not result.checks_passed:
             print("  screens only: no check ran at the profile's power; a larger --budget gives it")
         for reason in result.inconclusive_reasons():
             print(f"  inconclusive: {reason}")
+        if overrun:
+            print(f"  over budget: {overrun}")
+        if result.interrupted:
+            return EXIT_INTERRUPTED
         return EXIT_PASSED if result.status == "pass" else EXIT_INCONCLUSIVE
     print(f"FAILED: {args.variant}: check {result.failure.check} ({result.case}): {result.failure.message}")
-    print(f"Found after {result.found_after or 0.0:.1f} s; {result.describe()}")
+    for line in explanation(result.failure):
+        print(f"  {line}")
+    interrupted = " (interrupted while shrinking: the smallest failure so far)" if result.interrupted else ""
+    print(f"Found after {result.found_after or 0.0:.1f} s{interrupted}; {result.describe()}")
+    if overrun:
+        print(f"Over budget: {overrun}")
     if result.reproducer is not None:
-        print(f"Reproducer: {result.reproducer}\nReplay:     python -m fuzz replay {result.reproducer}")
+        print(f"Reproducer: {result.reproducer}\nReplay:     {cmdline.replay(result.reproducer)}")
     return EXIT_FAILED
+
+
+def explanation(verdict: object) -> list[str]:
+    """The lines that explain a failed verdict beyond its one-line message (what the decisive cells
+    held against the exact law), where the verdict carries them."""
+    explain = getattr(verdict, "explain", None)
+    if not callable(explain):
+        return []
+    lines = list(explain())
+    return lines[1:] if lines and lines[0] == getattr(verdict, "message", None) else lines
 
 
 def _run_workers(args: argparse.Namespace) -> int:
@@ -127,18 +212,22 @@ def _run_workers(args: argparse.Namespace) -> int:
         "--budget": args.budget,
         "--methods": ",".join(args.methods) if args.methods else None,
     }
-    command = [sys.executable, "-m", "fuzz", "run"]
-    command += [str(arg) for name, value in options.items() if value is not None for arg in (name, value)]
-    command += [arg for shared in args.shared_database for arg in ("--shared-database", str(shared))]
+    argv = [*cmdline.argv(), "run"]
+    argv += [str(arg) for name, value in options.items() if value is not None for arg in (name, value)]
+    argv += [arg for shared in args.shared_database for arg in ("--shared-database", str(shared))]
     flags = {"--no-shrink": args.no_shrink, "--blind": args.blind, "--no-targeted": args.no_targeted}
-    command += [flag for flag, given in flags.items() if given]
+    argv += [flag for flag, given in flags.items() if given]
     procs = []
     for worker in range(args.workers):
         env = dict(os.environ)
         if gpus:
             env["CUDA_VISIBLE_DEVICES"] = str(worker % gpus)
-        procs.append(subprocess.Popen([*command, "--seed", str(args.seed + 1000 * worker)], env=env))
-    codes = {p.wait() for p in procs}
+        procs.append(subprocess.Popen([*argv, "--seed", str(args.seed + 1000 * worker)], env=env))
+    try:
+        codes = {p.wait() for p in procs}
+    except KeyboardInterrupt:  # each worker got the Ctrl-C too, and reports what it did
+        codes = {p.wait() for p in procs}
+        return EXIT_INTERRUPTED
     if EXIT_FAILED in codes:
         return EXIT_FAILED
     return EXIT_PASSED if codes == {EXIT_PASSED} else EXIT_USAGE
@@ -146,7 +235,7 @@ def _run_workers(args: argparse.Namespace) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     """Re-run reproducers; a fixed bug turns them green (exit 0)."""
-    from specsample.fuzz.reproducer import load_reproducer
+    from specsample.fuzz.reproducer import ReproducerError, load_reproducer
     from specsample.fuzz.spec import load_variant
     from specsample.properties.batching import on_device
     from specsample.properties.checks import CHECKS, run_checks
@@ -162,8 +251,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     for path in paths:
         try:
             reproducer = load_reproducer(path)
-        except (OSError, ValueError, KeyError, TypeError) as error:
-            raise UsageError(f"path {path} is not a reproducer: {type(error).__name__}: {error}") from error
+        except ReproducerError as error:
+            raise UsageError(str(error)) from error
         spec = args.variant or reproducer.variant
         variant = load_variant(spec)
         outside = capabilities(variant).admits(reproducer.batch)
@@ -183,6 +272,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
         failures += bool(failed)
         status = f"FAILED {failed[0].check}: {failed[0].message}" if failed else "passed"
         print(f"{path}: {spec}: {status}")
+        for line in explanation(failed[0]) if failed else []:
+            print(f"  {line}")
     print(f"{len(paths) - failures - skipped} passed, {failures} failed, {skipped} skipped")
     if failures:
         return EXIT_FAILED
@@ -212,6 +303,8 @@ def cmd_mutants(args: argparse.Namespace) -> int:
     from specsample.fuzz.mutants import MUTANTS
     from specsample.fuzz.selftest import run_mutants, table
 
+    if args.json is not None:
+        _writable(args.json, "--json", directory=False)
     ids = [i.upper() for i in args.ids] if args.ids else None
     unknown = [i for i in ids or [] if i not in MUTANTS]
     if unknown:
@@ -245,26 +338,33 @@ def cmd_certify(args: argparse.Namespace) -> int:
     """Run the property checks, a short fuzz campaign and the mutant self-test; print the report and
     write it as Markdown and JSON."""
     from specsample.fuzz.certify import DEFAULT_VARIANTS, certify
+    from specsample.fuzz.spec import load_variant
 
+    _writable(args.out, "--out")
+    specs = args.variant or list(DEFAULT_VARIANTS)
+    for spec in specs:
+        load_variant(spec)  # a spec that names nothing is a usage error before any work
+    device = _device(args)
     status = certify(
-        args.variant or list(DEFAULT_VARIANTS),
+        specs,
         profile=args.profile,
         campaign_seconds=args.budget,
         check_seconds=args.check_budget,
         mutants=not args.no_mutants,
         out=args.out,
-        device=_device(args),
+        device=device,
         methods=args.methods,
     )
-    return {"pass": EXIT_PASSED, "fail": EXIT_FAILED}.get(status, EXIT_INCONCLUSIVE)
+    codes = {"pass": EXIT_PASSED, "fail": EXIT_FAILED, "interrupted": EXIT_INTERRUPTED}
+    return codes.get(status, EXIT_INCONCLUSIVE)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of ``python -m fuzz``."""
+    """The argument parser; its usage lines name the program as the user ran it (`command.program`)."""
     from specsample.properties.profiles import PROFILES
 
     parser = argparse.ArgumentParser(
-        prog="python -m fuzz", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog=cmdline.program(), description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -361,6 +461,9 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return int(args.handler(args))
+    except KeyboardInterrupt:  # a command that keeps partial work reports it and returns 130 itself
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except (UsageError, SpecError) as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE

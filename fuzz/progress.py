@@ -8,6 +8,7 @@ and the time left at the rate so far. A disabled progress prints nothing.
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from typing import Any
 
@@ -17,8 +18,21 @@ TIME_BAR = "{desc}: {percentage:3.0f}%|{bar}| {elapsed}<{remaining}{postfix}"  #
 class Progress:
     """``total`` units of work named ``desc``; `update` as they finish, `close` (or ``with``) at the end."""
 
-    def __init__(self, desc: str, total: float, unit: str, *, enabled: bool = True, every: float = 5.0):
+    def __init__(
+        self,
+        desc: str,
+        total: float,
+        unit: str,
+        *,
+        enabled: bool = True,
+        every: float = 5.0,
+        ticking: bool = False,
+    ):
+        """``ticking`` (a time budget, unit ``"s"``): a background thread advances the bar to the
+        seconds spent every half second, so that a long step inside the budget still moves it."""
         self.desc, self.total, self.unit, self.enabled, self.every = desc, total, unit, enabled, every
+        self._lock = threading.RLock()
+        self._ticker: threading.Thread | None = None
         self.done: float = 0
         self.start = self.last = time.monotonic()
         self.postfix = ""
@@ -41,6 +55,17 @@ class Progress:
             dynamic_ncols=interactive,
             bar_format=TIME_BAR if unit == "s" else None,
         )
+        if ticking and unit == "s":
+            self._ticker = threading.Thread(target=self._tick, name=f"progress: {desc}", daemon=True)
+            self._ticker.start()
+
+    def _tick(self) -> None:
+        """Advance a time bar to the seconds spent, until it closes."""
+        while not self.closed:
+            time.sleep(0.5)
+            with self._lock:
+                if not self.closed:
+                    self.advance_to(max(self.done, time.monotonic() - self.start))
 
     def update(self, amount: float = 1, **postfix: object) -> None:
         """``amount`` more units done; ``postfix`` shows beside the bar (counts, the best statistic)."""
@@ -48,6 +73,10 @@ class Progress:
 
     def advance_to(self, done: float, **postfix: object) -> None:
         """``done`` units done in all (a time budget advances to the seconds spent)."""
+        with self._lock:
+            self._advance_to(done, postfix)
+
+    def _advance_to(self, done: float, postfix: dict[str, object]) -> None:
         done = min(done, self.total)
         step, self.done = done - self.done, done
         if postfix:
@@ -76,6 +105,10 @@ class Progress:
 
     def close(self) -> None:
         """Finish the bar (the plain form prints its last line)."""
+        with self._lock:
+            self._close()
+
+    def _close(self) -> None:
         if self._bar is not None:
             self._bar.close()
             self._bar = None

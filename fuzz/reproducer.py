@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from specsample.fuzz import command
 from specsample.reference.contract import SpecBatch
 
 FORMAT = "specsample-reproducer/1"
@@ -54,6 +55,8 @@ def decode_tensor(encoded: dict[str, Any] | None, device: torch.device | str = "
     """The tensor `encode_tensor` wrote."""
     if encoded is None:
         return None
+    if encoded["dtype"] not in _DTYPES:
+        raise ValueError(f"dtype is {encoded['dtype']!r}; expected one of {', '.join(_DTYPES)}")
     dtype = _DTYPES[encoded["dtype"]]
     wide = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
     data = torch.tensor(encoded["data"], dtype=wide).reshape(encoded["shape"])
@@ -127,24 +130,60 @@ class Reproducer:
         stem = "".join(c if c.isalnum() else "_" for c in self.variant.rsplit(":", 1)[-1].rsplit("/", 1)[-1])
         path = directory / f"{stem}-{self.check}-{self.digest()}.json"
         data = self.to_json()
-        data["replay"] = f"python -m fuzz replay {path}"
+        data["replay"] = command.replay(path)
         path.write_text(json.dumps(data, indent=1) + "\n")
         return path
 
 
+class ReproducerError(ValueError):
+    """A file that is not a valid reproducer (a usage error: exit code 2, never the variant's)."""
+
+
 def load_reproducer(path: Path) -> Reproducer:
-    """Read a reproducer file."""
-    data = json.loads(Path(path).read_text())
+    """Read a reproducer file.
+
+    Raises:
+        ReproducerError: naming the file and what is wrong with it: not JSON, not an object, another
+            format, a missing or mistyped field, a check the harness does not know, a tensor whose data
+            does not fill its shape, or a batch that breaks the contract (`SpecBatch.validate`).
+    """
+    from specsample.properties.checks import CHECKS
+
+    def bad(what: str) -> ReproducerError:
+        return ReproducerError(f"path {path} is not a reproducer: {what}")
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError) as error:
+        raise bad(f"cannot be read ({error})") from error
+    except json.JSONDecodeError as error:
+        raise bad(f"not JSON ({error})") from error
+    if not isinstance(data, dict):
+        raise bad(f"holds a JSON {type(data).__name__}, not an object")
     if data.get("format") != FORMAT:
-        raise ValueError(f"path {path} has format {data.get('format')!r}; expected {FORMAT!r}")
-    settings = data["settings"]
-    return Reproducer(
-        variant=data["variant"],
-        check=data["check"],
-        verdict=data["verdict"],
-        batch=decode_batch(data["batch"]),
-        num_samples=int(settings["num_samples"]),
-        alpha=float(settings["alpha"]),
-        seed=int(settings["seed"]),
-        versions=data["versions"],
-    )
+        raise bad(f"format is {data.get('format')!r}; expected {FORMAT!r}")
+    if data.get("check") not in CHECKS:
+        raise bad(f"check is {data.get('check')!r}; known checks: {', '.join(CHECKS)}")
+    try:
+        settings = data["settings"]
+        reproducer = Reproducer(
+            variant=str(data["variant"]),
+            check=data["check"],
+            verdict=dict(data["verdict"]),
+            batch=decode_batch(data["batch"]),
+            num_samples=int(settings["num_samples"]),
+            alpha=float(settings["alpha"]),
+            seed=int(settings["seed"]),
+            versions=dict(data["versions"]),
+        )
+    except KeyError as error:
+        raise bad(f"field {error} is missing") from error
+    except (TypeError, ValueError, RuntimeError) as error:  # a tampered shape, dtype or value
+        raise bad(f"{type(error).__name__}: {error}") from error
+    if reproducer.num_samples < 1 or not 0 < reproducer.alpha < 1:
+        raise bad(f"settings num_samples={reproducer.num_samples}, alpha={reproducer.alpha} are out of range")
+    try:
+        reproducer.batch.validate()
+    except ValueError as error:
+        raise bad(f"its batch breaks the contract: {error}") from error
+    return reproducer

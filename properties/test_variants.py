@@ -73,8 +73,6 @@ def test_exact_checks_hold_on_generated_batches(name: str) -> None:
 @pytest.mark.parametrize("name", VARIANTS)
 def test_statistical_checks_hold_on_generated_batches(name: str) -> None:
     """On generated batches of every family, m, y given m and each position's marginal follow the law."""
-    if slow_under_interpreter(name):
-        pytest.skip("the statistical checks of an interpreted Triton variant run in the gpu tier")
     variant = load_variant(name)
     num_samples = _num_samples(name) // 2
 
@@ -154,8 +152,6 @@ def _case_method(case: str) -> str:
 )
 def test_all_checks_hold_on_fixed_shapes(name: str, case: str) -> None:
     """Every check passes on each method and draft layout at the profile's full statistical budget."""
-    if slow_under_interpreter(name):
-        pytest.skip("the statistical checks of an interpreted Triton variant run in the gpu tier")
     batch = fixed_batch(case)
     seed = FIXED_CASES.index(case)
     # The needle puts all mass on six ids of 4097, so a quarter of the trials keeps its power.
@@ -167,8 +163,6 @@ def test_all_checks_hold_on_fixed_shapes(name: str, case: str) -> None:
 @pytest.mark.parametrize("name", VARIANTS)
 def test_every_variant_draws_what_the_walk_draws(name: str) -> None:
     """Compared with the walk by a two-sample G-test, each variant draws the same (m, y)."""
-    if slow_under_interpreter(name):
-        pytest.skip("the statistical checks of an interpreted Triton variant run in the gpu tier")
     # alpha 1e-6 Holm-split over the requests; the result states the TV it detects (about 0.2 here).
     result = compare_variants(load_variant(name), WalkSampler(), fixed_batch("flat drafts"), seed=5)
     assert result.passed, result.message

@@ -3,6 +3,7 @@ a machine that fails a call is an environment error, not a sampler failure."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,25 @@ class OutOfMemory(WalkSampler):
 """
 
 
+CORPUS = Path(__file__).resolve().parent.parent / "corpus"
+
+
+def _tampered(change: str) -> str:
+    """A committed reproducer, changed: an unknown check, a shape its data does not fill, draft logits
+    of another vocabulary than the target's."""
+    data = json.loads(next(CORPUS.glob("M03-*.json")).read_text())
+    if change == "check":
+        data["check"] = "law_of_z"
+    elif change == "shape":
+        data["batch"]["target_logits"]["shape"][0] += 1
+    elif change == "vocab":
+        draft = data["batch"]["draft_logits"]
+        rows, vocab = draft["shape"]
+        draft["data"] = [x for r in range(rows) for x in [*draft["data"][r * vocab : (r + 1) * vocab], 0.0]]
+        draft["shape"] = [rows, vocab + 1]
+    return json.dumps(data)
+
+
 def _files(tmp_path: Path) -> dict[str, str]:
     """The files the cases name, by placeholder: ``{broken}`` is a variant file that fails to import."""
     contents = {
@@ -29,6 +49,11 @@ def _files(tmp_path: Path) -> dict[str, str]:
         "oom.py": MEMORY_VARIANT,
         "malformed.json": "{not json",
         "empty.json": "{}",
+        "list.json": "[1, 2]",
+        "unknown_check.json": _tampered("check"),
+        "bad_shape.json": _tampered("shape"),
+        "two_vocabs.json": _tampered("vocab"),
+        "a_file": "",
     }
     for name, text in contents.items():
         (tmp_path / name).write_text(text)
@@ -55,6 +80,19 @@ USAGE_CASES = [
     (["certify", "--methods", "bogus"], "--methods"),
     (["certify", "--check-budget", "0"], "--check-budget"),
     (["certify", "--variant", "{broken}:Sampler"], "fails to import"),
+    # Methods outside the sampler's declared capabilities: nothing to check is a usage error for run.
+    (["run", "--variant", "examples/engine_adapter.py:EngineAdapter", "--methods", "strict"], "--methods"),
+    (["run", "--variant", "torch", "--methods", "block"], "declares only"),
+    # Reproducers that are not: a JSON list, an unknown check, a tampered shape, two vocabularies.
+    (["replay", "{list}"], "JSON list"),
+    (["replay", "{unknown_check}"], "law_of_z"),
+    (["replay", "{bad_shape}"], "not a reproducer"),
+    (["replay", "{two_vocabs}"], "vocab size"),
+    # Outputs that cannot be written are refused before any work.
+    (["certify", "--variant", "torch", "--out", "{a_file}"], "--out"),
+    (["certify", "--variant", "torch", "--out", "/proc/no/such/dir"], "--out"),
+    (["run", "--variant", "torch", "--corpus", "{a_file}"], "--corpus"),
+    (["mutants", "M01", "--json", "/proc/no/such/file.json"], "--json"),
 ]
 
 

@@ -7,7 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from specsample.fuzz.cli import EXIT_FAILED, EXIT_PASSED, EXIT_USAGE, main
+from specsample.fuzz import command as cmdline
+from specsample.fuzz.cli import (
+    EXIT_FAILED,
+    EXIT_INCONCLUSIVE,
+    EXIT_INTERRUPTED,
+    EXIT_PASSED,
+    EXIT_USAGE,
+    main,
+)
 
 
 def test_help_and_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
@@ -54,7 +62,7 @@ def test_failure_writes_a_reproducer_that_replays(tmp_path: Path, capsys: pytest
     assert len(files) == 1
     recorded = json.loads(files[0].read_text())
     assert recorded["check"] == "coupled"  # same random numbers: the sample-level check kills first
-    assert recorded["replay"] == f"python -m fuzz replay {files[0]}"
+    assert recorded["replay"] == cmdline.replay(files[0])  # the program as the user ran it
     capsys.readouterr()
     assert main(["replay", str(files[0]), "--device", "cpu"]) == EXIT_FAILED
     assert "FAILED coupled" in capsys.readouterr().out
@@ -79,3 +87,67 @@ def test_certify_says_when_its_campaign_ran_screens_only(tmp_path: Path) -> None
     campaign = next(line for line in report.splitlines() if line.startswith("Fuzz campaign:"))
     assert "0 checks passed at full power" in campaign
     assert campaign.startswith("Fuzz campaign: PASSED (screens only: no failure found")
+
+
+def test_certify_over_no_method_it_implements_is_inconclusive(tmp_path: Path) -> None:
+    """``certify --variant torch --methods block`` (the PyTorch sampler has no block verification)
+    checks nothing: INCONCLUSIVE (exit 3) saying why, never PASSED, and no campaign over methods the
+    report lists as not asked for."""
+    argv = ["certify", "--variant", "torch", "--methods", "block", "--no-mutants", "--device", "cpu"]
+    assert main([*argv, "--out", str(tmp_path)]) == EXIT_INCONCLUSIVE
+    report = (tmp_path / "report.md").read_text(encoding="utf-8")
+    assert report.startswith("# Certification: INCONCLUSIVE") and "PASSED" not in report
+    assert "none of the methods asked for is in its declared capabilities" in report
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert data["variants"][0]["campaign"]["cases"] == 0
+
+
+def test_a_run_with_no_search_batch_is_inconclusive(capsys: pytest.CaptureFixture[str]) -> None:
+    """A budget the targeted cases use up leaves no search batch: INCONCLUSIVE (exit 3) saying so,
+    not PASSED on the targeted cases alone."""
+    code = main(["run", "--variant", "reference", "--methods", "block", "--budget", "0.5", "--device", "cpu"])
+    out = capsys.readouterr().out
+    assert code == EXIT_INCONCLUSIVE, out
+    assert "coverage: no search batch was checked" in out and "no search batch was checked" in out
+
+
+INTERRUPTED_SAMPLER = """
+from specsample.reference.walk import WalkSampler
+
+
+class Interrupted(WalkSampler):
+    '''The walk, until its {calls}th call, where the user presses Ctrl-C.'''
+
+    calls = 0
+
+    def __call__(self, batch):
+        type(self).calls += 1
+        if type(self).calls == {calls}:
+            raise KeyboardInterrupt
+        return super().__call__(batch)
+"""
+
+
+def test_ctrl_c_keeps_the_work_and_exits_130(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Ctrl-C during ``run`` prints what the campaign did (exit 130, no traceback); during ``certify``
+    it writes the partial report, naming where it stopped."""
+    sampler = tmp_path / "sampler.py"
+    sampler.write_text(INTERRUPTED_SAMPLER.replace("{calls}", "40"))
+    run = ["run", "--variant", f"{sampler}:Interrupted", "--budget", "60", "--device", "cpu"]
+    assert main([*run, "--corpus", str(tmp_path / "corpus")]) == EXIT_INTERRUPTED
+    assert "INTERRUPTED:" in capsys.readouterr().out
+    sampler.write_text(INTERRUPTED_SAMPLER.replace("{calls}", "400"))
+    out = tmp_path / "report"
+    certify = [
+        "certify",
+        "--variant",
+        f"{sampler}:Interrupted",
+        "--methods",
+        "probabilistic",
+        "--device",
+        "cpu",
+    ]
+    assert main([*certify, "--out", str(out), "--check-budget", "5"]) == EXIT_INTERRUPTED
+    report = (out / "report.md").read_text()
+    assert report.startswith("# Certification: INTERRUPTED") and "Interrupted during" in report
+    assert "| invariants |" in report or "the table holds the cases that finished" in report

@@ -33,3 +33,54 @@ def test_a_correct_sampler_passes_and_a_planted_bug_fails(pytester: pytest.Pytes
     assert replay is not None, planted.stdout.str()
     again = pytester.runpytest_subprocess("--specsample-variant", "M03", "-k", replay.group(1), *options)
     assert again.parseoutcomes().get("failed") == 1 and "passed" not in again.parseoutcomes()
+
+
+def test_a_bad_variant_spec_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    """A file or attribute that does not exist: pytest's usage error (exit 4), one line naming the
+    option and the spec, no INTERNALERROR traceback."""
+    pytester.makepyfile(sampler="class Nothing:\n    pass\n")
+    for spec in ("missing.py:Sampler", "sampler.py:Absent", "sampler.py:Nothing"):
+        result = pytester.runpytest_subprocess("--specsample-variant", spec, "-p", "no:cacheprovider")
+        assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stderr.str()
+        errors = result.stderr.str()
+        assert "INTERNALERROR" not in errors and "Traceback" not in errors, errors
+        assert "--specsample-variant: variant spec" in errors and spec in errors, errors
+
+
+SLOW_SAMPLER = """
+import time
+
+from specsample.reference.walk import WalkSampler
+
+
+class Slow:
+    name = "slow"
+    streams = None
+
+    def __init__(self):
+        self.inner = WalkSampler()
+        self.capabilities = getattr(self.inner, "capabilities", None)
+
+    def __call__(self, batch):
+        time.sleep(30)  # a sampler that hangs
+        return self.inner(batch)
+"""
+
+
+def test_a_hanging_sampler_fails_at_the_timeout(pytester: pytest.Pytester) -> None:
+    """A call past ``--specsample-timeout`` fails its test, naming the timeout, in about that time."""
+    pytester.makepyfile(sampler=SLOW_SAMPLER)
+    options = ("--specsample-timeout", "0.5", "-q", "-p", "no:cacheprovider", "-x")
+    result = pytester.runpytest_subprocess("--specsample-variant", "sampler.py:Slow", *options)
+    assert result.parseoutcomes().get("failed") == 1, result.stdout.str()
+    assert "ran past --specsample-timeout 0.5 s" in result.stdout.str()
+    assert result.duration < 25, result.duration  # not the 30 s the call would take
+
+
+def test_a_spent_budget_skips_rather_than_passes(pytester: pytest.Pytester) -> None:
+    """With ``--specsample-budget`` spent, the remaining tests skip saying so; none passes on nothing."""
+    options = ("--specsample-budget", "0", "-q", "-p", "no:cacheprovider", "-rs")
+    result = pytester.runpytest_subprocess("--specsample-variant", "walk", *options)
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("skipped", 0) >= 2 and "passed" not in outcomes, result.stdout.str()
+    assert "--specsample-budget 0 s spent" in result.stdout.str()
