@@ -6,7 +6,7 @@ whole adapter: it turns a `SpecBatch` into the engine's arguments and the engine
 `SpecOutput`, and ``capabilities`` says what the engine implements, so the harness checks it there
 and reports the rest as not checked. Certify it with::
 
-    python -m fuzz certify --variant examples/engine_adapter.py:EngineAdapter
+    python -m specsample.fuzz certify --variant examples/engine_adapter.py:EngineAdapter
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ of token ``t`` is hashed from the row's draw, ``tl.rand(tl.randint(seed, step + 
 declares that scheme (``streams = MRV2``), the harness replays it sample for sample: it gets the
 coupled check. Check it with::
 
-    python -m fuzz run --variant examples/mrv2_sampler.py:Mrv2Sampler --methods probabilistic
+    python -m specsample.fuzz run --variant examples/mrv2_sampler.py:Mrv2Sampler --methods probabilistic
 
 `Mrv2ShiftedPositions` plants a bug no law can show: it keys its draws by the draft's own
 position (``step + i + 1``) instead of the position before it. Its output law is still exact, so
