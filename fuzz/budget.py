@@ -84,9 +84,9 @@ class Throughput:
         return CALLS_PER_CHECK_RUN * trials * self.seconds_per_trial
 
 
-# Each run of the checks draws the shared trials once, and its own trials for each check that does not
-# share them but counts them (marginal, steps): calls' worth of trials per run, from the registry.
-CALLS_PER_CHECK_RUN = 1.0 + sum(not c.shares_trials and c.counts_trials for c in CHECKS.values())
+# Each run of the checks draws the shared trials once, and each check's own trials beyond them
+# (marginal, steps, step_pairs' partners: `Check.trial_calls`): calls' worth of trials per run.
+CALLS_PER_CHECK_RUN = 1.0 + sum(c.trial_calls for c in CHECKS.values())
 # `affordable_samples` times its probe this many times and keeps the fastest.
 PROBE_REPEATS = 2
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specsample.properties.profiles import Profile
-from specsample.properties.strategies import DRAFT_KINDS, DTYPES, FAMILIES
+from specsample.properties.strategies import DEGENERATE_ROWS, DRAFT_KINDS, DTYPES, FAMILIES
 from specsample.reference.contract import METHODS, Capabilities
 
 # Temperature buckets: greedy, tiny (logits / T overflows float32), cold, about 1, hot, huge.
@@ -86,6 +86,8 @@ class Coverage:
             "draft layouts": [k for k in DRAFT_KINDS if k in caps.draft_kinds],
             "placeholders": ["none", "some"],
         }
+        if "flat" in caps.draft_kinds or "slotted" in caps.draft_kinds:  # degenerate rows need draft logits
+            possible["degenerate draft rows"] = ["none", *DEGENERATE_ROWS]
         bucketers: dict[str, Callable[[Any], str]] = {
             "vocabulary": lambda v: _bucket(v, vocab),
             "vocabulary at a block edge": str,
@@ -110,8 +112,11 @@ class Coverage:
             "dtypes": [description["dtype"]],
             "draft layouts": [description["layout"]],
             "placeholders": ["some" if description["placeholders"] else "none"],
+            "degenerate draft rows": [r.get("degenerate rows", "none") for r in requests],
         }
         for dimension, items in values.items():
+            if dimension not in self.possible:
+                continue
             bucket = self.bucketers.get(dimension, str)
             counter = self.counts.setdefault(dimension, Counter())
             for item in items:

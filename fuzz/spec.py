@@ -1,5 +1,5 @@
 """Resolve a variant spec to a `Variant`: `specsample.properties.variant_spec`'s specs and the planted
-mutants' ids (``M01`` ... ``M30``).
+mutants' ids (``M01`` ..., `specsample.fuzz.mutants.MUTANTS`).
 """
 
 from __future__ import annotations

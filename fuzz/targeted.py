@@ -40,17 +40,32 @@ def _verification(method: Method) -> SpecBatch:
 
 
 def _zero_mass_drafts(method: Method) -> SpecBatch:
-    """Drafts of probability 0 under both p and q, and an empty residual with token 0 masked."""
+    """Drafts of probability 0 under both p and q, an empty residual with token 0 masked, and
+    degenerate draft rows beside ordinary ones in one request and batch.
+
+    The degenerate rows: one equal to its target row (a sampler that takes the request for
+    self-drafted then reads every row with ``q = p``: M32), one one-hot at its draft with every other
+    logit ``-inf``, and one whose other logits are finite but beyond the float range (``-3e38``).
+    """
     rng = np.random.default_rng(2)
     masked = _rows(rng, 2)
     masked[:, [0, 5]] = -np.inf
     same = masked.copy()
+    target, draft = _rows(rng, 5), _rows(rng, 4)
+    ids = [int(np.argsort(draft[0])[-2]), 9, 12, 3]
+    draft[1] = target[1]  # equal to its target row
+    draft[2] = -np.inf  # one-hot at the draft
+    draft[2, ids[2]] = 0.0
+    draft[3] = -3e38  # one-hot in law; every other logit finite, beyond the float range
+    draft[3, ids[3]] = 0.0
     return make_batch(
         [
             # p(5) = q(5) = 0: `p > u * q` is 0 > 0, never accepted; `>=` accepts it (M01).
             RequestData(masked, [5], masked[:1], temperature=1.0, seed=21),
             # p == q and the draft is masked: rejected with an empty residual, so y ~ p, never token 0 (M19).
             RequestData(same, [5], same[:1].copy(), temperature=1.0, seed=22),
+            # An ordinary first row, then the degenerate ones (M32).
+            RequestData(target, ids, draft, temperature=1.0, seed=23),
         ],
         method=method,
     )
@@ -143,7 +158,7 @@ def _nan_rows(method: Method) -> SpecBatch:
 SHAPES: dict[str, Callable[[Method], SpecBatch]] = {
     "verification": _verification,  # M02-M13 M16 M20 M21
     "block": _block,  # M28 M29 M30
-    "zero-mass drafts": _zero_mass_drafts,  # M01 M19
+    "zero-mass drafts": _zero_mass_drafts,  # M01 M19 M32
     "greedy and slots": _greedy_and_slots,  # M14 M15 M18
     "synthetic": lambda method: _synthetic(),  # M22
     "nan rows": _nan_rows,  # M17

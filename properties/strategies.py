@@ -52,10 +52,16 @@ FAMILIES = (
     "underflow",
     "needle",
     "odd",
+    "repeated",
 )
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 DRAFT_KINDS = ("one-hot", "flat", "slotted")
 DRAFT_CHOICES = ("from_q", "argmax", "uniform", "zero_prob", "last_id")
+# Draft-logit rows made degenerate beside ordinary ones (`degenerate_rows`), in half the requests.
+DEGENERATE_ROWS = ("one-hot", "beyond range", "equal")
+# The finite logits of "beyond range" rows: a gap no float32 exponential spans, finite in float32
+# and bfloat16 (float16 reads them as -inf).
+BEYOND_RANGE = (-1e30, -3e38)
 # Temperatures: greedy, tiny (logits / T overflow float32), cold, 1, hot, huge (nearly uniform).
 TEMPERATURES = (0.0, 1e-30, 1e-3, 0.5, 1.0, 2.0, 50.0, 1e4)
 
@@ -136,6 +142,10 @@ def family_logits(
       an out-of-vocabulary lane that wins a tie.
     - ``odd``: NaN, ``+inf`` and ``-inf`` sprinkled in. NaN must count as ``-inf`` and never yield an
       id ``>= V`` (M17); ``+inf`` rows are uniform over their ``+inf`` entries.
+    - ``repeated``: one target row and one draft row (the target's plus a little noise, so drafts are
+      often accepted) at every position: a model that predicts the same law at consecutive positions.
+      A stream reused one position over at the next step (M31) then repeats a decision on the same
+      row, and the outputs of adjacent steps of one seed coincide far more often than chance.
     """
     rows, vocab = num_drafts + 1, vocab_size
     target = rng.normal(size=(rows, vocab)) * 2.0
@@ -201,6 +211,10 @@ def family_logits(
             logits[pick < 0.15] = np.nan
             logits[(pick >= 0.15) & (pick < 0.3)] = -np.inf
             logits[pick > 0.95] = np.inf
+    elif family == "repeated":
+        row = rng.normal(size=vocab) * 2.0
+        target = np.tile(row, (rows, 1))
+        draft = np.tile(row + rng.normal(size=vocab) * 0.5, (num_drafts, 1))
     elif family != "normal":
         raise ValueError(f"family is {family!r}; expected one of {', '.join(FAMILIES)}")
     return target, draft
@@ -239,6 +253,59 @@ def choose_drafts(
     odd = placeholder & (rng.random(n) < 0.1)
     ids = np.where(placeholder, -1, ids)
     return np.where(odd, vocab + rng.integers(0, 3, n), ids).astype(np.int64)
+
+
+def degenerate_rows(
+    rng: np.random.Generator, kind: str, target: F64Array, draft: F64Array, ids: npt.NDArray[np.int64]
+) -> tuple[F64Array, F64Array, npt.NDArray[np.int64]]:
+    """Some draft-logit rows of one request made degenerate beside ordinary ones: ``(target, draft,
+    ids)`` with 1 to ``n - 1`` of the ``n`` draft rows replaced (the one row when ``n = 1``, whose
+    ordinary neighbours are then the other requests').
+
+    Kinds (a placeholder keeps its id, and its row is built at a random token):
+
+    - ``one-hot``: one-hot at the draft, every other logit ``-inf``: ``q(d) = 1``, a row a sampler
+      may take for a one-hot draft.
+    - ``beyond range``: the draft's logit 0 and every other one finite but past any float32
+      exponential (`BEYOND_RANGE`): one-hot in law, not in its logits.
+    - ``equal``: the row equal to its target row (``q = p``); half the time part of the row masked
+      (``-inf``) in both and the draft moved onto a masked token, ``p(d) = q(d) = 0``: a ratio
+      ``0 / 0`` that must reject.
+
+    Engines meet all three (greedy and n-gram proposers, masks written as finite sentinels,
+    self-drafting), and a fast path for such rows that is taken for more than the row itself
+    misreads the ordinary rows beside it: M32 reads a request with one row equal to its target row
+    as self-drafted. The families alone make such rows rarely (a ``needle`` row of one candidate),
+    in whole requests only (``equal``), or never (finite logits beyond the float range).
+    """
+    n, vocab = draft.shape
+    if n == 0 or kind == "none":
+        return target, draft, ids
+    if kind not in DEGENERATE_ROWS:
+        raise ValueError(f"kind is {kind!r}; expected 'none' or one of {', '.join(DEGENERATE_ROWS)}")
+    target, draft, ids = target.copy(), draft.copy(), ids.copy()
+    chosen = rng.choice(n, size=rng.integers(1, max(n - 1, 1) + 1), replace=False)
+    for i in chosen:
+        real = 0 <= ids[i] < vocab
+        token = int(ids[i]) if real else int(rng.integers(0, vocab))
+        if kind == "one-hot":
+            kept = draft[i, token] if np.isfinite(draft[i, token]) else 0.0
+            draft[i] = -np.inf
+            draft[i, token] = kept
+        elif kind == "beyond range":
+            draft[i] = rng.choice(BEYOND_RANGE)
+            draft[i, token] = 0.0
+        else:
+            finite = np.nonzero(np.isfinite(target[i]))[0]
+            if finite.size > 1 and rng.random() < 0.5:
+                masked = np.asarray(rng.random(vocab) < rng.uniform(0.2, 0.8))
+                masked[rng.choice(finite)] = False  # the row keeps a finite logit
+                if masked.any():
+                    target[i, masked] = -np.inf
+                    if real:
+                        ids[i] = rng.choice(np.nonzero(masked)[0])
+            draft[i] = target[i]
+    return target, draft, ids
 
 
 def in_domain(logits: F64Array, capabilities: Capabilities) -> F64Array:
@@ -282,9 +349,13 @@ def spec_batches(
     choice, placeholders, seed and step; synthetic batches get conditional rates from a mean target
     or explicit ones (0 and 1 included).
 
+    Half the requests with draft logits get degenerate draft rows beside their ordinary ones (one-hot
+    at the draft, a gap beyond the float range, a row equal to its target row: `degenerate_rows`):
+    about two batches in five with draft logits hold one beside an ordinary row of its request.
+
     Exposes: per-request parameters read from the wrong request (M15 slots, M18 seeds), ragged
-    offsets (M11), greedy rows on the sampling path (M14), placeholders accepted (M20), and every
-    family's bugs (see `family_logits`).
+    offsets (M11), greedy rows on the sampling path (M14), placeholders accepted (M20), fast paths
+    for degenerate draft rows taken wrongly (M32), and every family's bugs (see `family_logits`).
 
     Args:
         methods, families, dtypes, draft_kinds: what to draw from (``draft_kinds`` a subset of
@@ -329,9 +400,15 @@ def spec_batches(
         )
         choice = draw(st.sampled_from(DRAFT_CHOICES))
         ids = choose_drafts(rng, choice, target, draft, temperature, placeholder_rate)
+        degenerate = "none"
+        if kind != "one-hot" and draw(st.booleans()):
+            degenerate = draw(st.sampled_from(DEGENERATE_ROWS))
+        target, draft, ids = degenerate_rows(rng, degenerate, target, draft, ids)
         if not caps.out_of_range_ids:
             ids = np.where(ids >= vocab_size, -1, ids)
-        described.append({"family": family, "temperature": temperature, "num_drafts": n})
+        described.append(
+            {"family": family, "temperature": temperature, "num_drafts": n, "degenerate rows": degenerate}
+        )
         requests.append(
             RequestData(
                 target_logits=target,

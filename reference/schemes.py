@@ -14,7 +14,11 @@ masses. A scheme gives:
   row's block uniform where the scheme has one.
 
 A variant declares its scheme in its ``streams`` attribute (``None`` for a sampler with its own
-generator): every variant on a scheme the walk replays gets the coupled check.
+generator): every variant on a scheme the walk replays gets the coupled check. A scheme may say
+``step_is_position = True``: its ``step`` is a sequence position (the number of tokens before the
+first draft), so draws at ``(step + 1, i)`` and ``(step, i + 1)`` are the same position by design,
+and the check of independence across steps (`properties.checks.step_pairs`) does not apply to it.
+Without the attribute the step is the contract's, advanced by one every decoding step.
 
 Two schemes ship:
 
@@ -176,6 +180,7 @@ class CanonicalV3:
     """Our kernels' scheme: four tokens a Philox call; a row drawn within a block its uniform picks."""
 
     name = "canonical-v3"
+    step_is_position = False
 
     def accept_uniforms(self, seed: I64Array, step: I64Array, position: npt.ArrayLike) -> F64Array:
         """``tl.rand(seed, offset(step, i, 0, 0))``."""
@@ -206,6 +211,7 @@ class Mrv2:
     """A scheme shaped like vLLM Model Runner V2's: positions, and noise hashed from the row's draw."""
 
     name = "mrv2"
+    step_is_position = True  # vLLM's convention: pos = step + i
 
     def accept_uniforms(self, seed: I64Array, step: I64Array, position: npt.ArrayLike) -> F64Array:
         """``max(tl.rand(seed, step + i), 2**-31)``."""

@@ -2,7 +2,9 @@
 
 Each mutant is the walk (`reference.walk.WalkSampler`, exact on the canonical streams) with one
 stage overridden the way a shipped bug changed it; M23 plants its bug in the Triton kernel's
-source. M28-M30 plant block-verification bugs (`reference.block`) in the walk's block stages.
+source. M28-M30 plant block-verification bugs (`reference.block`) in the walk's block stages. M31
+runs the walk on streams of its own that repeat shifted across steps, M32 mishandles a degenerate
+draft row (one equal to its target row) and nothing else.
 `MUTANTS` maps the id to where it lives and which checks are expected to kill it; docs/bugs.md lists
 each bug with its public source.
 """
@@ -73,7 +75,7 @@ _PLANTED = {
         "law_of_m",
     ),
     "m23_int32_offsets:Int32Offsets": ("int32 row offsets overflow past 2**31 logits", "invariants law_of_y"),
-    "m24_step_ignored:StepIgnored": ("step not mixed into the random stream", "steps"),
+    "m24_step_ignored:StepIgnored": ("step not mixed into the random stream", "steps step_pairs"),
     "m25_uninitialised_tail:UninitialisedTail": (
         "padding after num_emitted left uninitialised",
         "determinism invariants",
@@ -94,6 +96,14 @@ _PLANTED = {
     "m30_bonus_after_partial_block:BonusAfterPartialBlock": (
         "block: bonus row sampled when m = n - 1",
         "invariants law_of_y marginal",
+    ),
+    "m31_streams_keyed_by_step_plus_position:StreamsKeyedByStepPlusPosition": (
+        "own streams keyed by step + i: they repeat shifted at the next step",
+        "step_pairs",
+    ),
+    "m32_equal_row_self_drafted:EqualRowSelfDrafted": (
+        "one draft row equal to its target row: the request read as self-drafted",
+        "law_of_m law_of_y marginal",
     ),
 }
 # Mutants whose bug needs a batch past 2**31 logits in one call: they run in the GPU tier only.

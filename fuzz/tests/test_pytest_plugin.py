@@ -44,7 +44,7 @@ def test_a_bad_variant_spec_is_a_usage_error(pytester: pytest.Pytester) -> None:
         assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stderr.str()
         errors = result.stderr.str()
         assert "INTERNALERROR" not in errors and "Traceback" not in errors, errors
-        assert "--specsample-variant: variant spec" in errors and spec in errors, errors
+        assert "--specsample-variant: variant spec" in errors and spec.split(":")[0] in errors, errors
 
 
 SLOW_SAMPLER = """

@@ -6,6 +6,7 @@
 - ``law_of_y``: the joint law of ``(m, y)`` and the law of ``y`` given each ``m`` follow the exact law.
 - ``marginal``: with the drafts drawn from ``q``, every reached position follows ``p``.
 - ``steps``: with each request's seed fixed, outputs over distinct steps follow the exact law.
+- ``step_pairs``: a seed's outputs at adjacent steps are independent (their pair law is the product).
 - ``composition``: a request's output does not depend on the rest of the batch or on the slots.
 - ``determinism``: the same batch gives the same output twice.
 
@@ -34,6 +35,7 @@ from specsample.properties.checks import (
     law_of_m,
     law_of_y,
     marginal,
+    step_pairs,
     steps,
 )
 from specsample.properties.checks.base import (
@@ -60,6 +62,7 @@ CHECKS: dict[str, Check] = {
         law_of_y.CHECK,
         marginal.CHECK,
         steps.CHECK,
+        step_pairs.CHECK,
         composition.CHECK,
         determinism.CHECK,
     )
@@ -126,7 +129,8 @@ def run_checks(
         if shared is not None and unit is sharing[0]:
             verdict = dataclasses.replace(verdict, seconds=verdict.seconds + shared.seconds)
         verdicts.append(verdict)
-    return verdicts
+    order = list(CHECKS)
+    return sorted(verdicts, key=lambda v: order.index(v.check))  # `CHECKS` order, failed calls too
 
 
 def compare_variants(

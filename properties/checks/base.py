@@ -276,6 +276,13 @@ class Check:
     shares_trials = True
     counts_trials = True
 
+    @property
+    def trial_calls(self) -> int:
+        """Calls' worth of trials per request it draws beyond the shared ones, what a run of the
+        checks costs in sampler calls (`specsample.fuzz.budget`): one for a check with its own
+        trials whose power grows with them, none for one on the shared trials."""
+        return int(not self.shares_trials and self.counts_trials)
+
     def applies(self, variant: Variant, batch: SpecBatch) -> bool:
         """Whether the check means anything for ``variant`` on ``batch``."""
         return True
