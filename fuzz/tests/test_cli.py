@@ -102,13 +102,36 @@ def test_certify_over_no_method_it_implements_is_inconclusive(tmp_path: Path) ->
     assert data["variants"][0]["campaign"]["cases"] == 0
 
 
-def test_a_run_with_no_search_batch_is_inconclusive(capsys: pytest.CaptureFixture[str]) -> None:
-    """A budget the targeted cases use up leaves no search batch: INCONCLUSIVE (exit 3) saying so,
-    not PASSED on the targeted cases alone."""
-    code = main(["run", "--variant", "reference", "--methods", "block", "--budget", "0.5", "--device", "cpu"])
+SLOW_SAMPLER = """
+import time
+
+from specsample.reference.walk import WalkSampler
+
+
+class Slow(WalkSampler):
+    # The walk, 0.5 s a call whatever its size: a sampler far too slow for a three-second budget.
+
+    def __call__(self, batch):
+        time.sleep(0.5)
+        return super().__call__(batch)
+"""
+
+
+def test_a_run_that_checks_no_search_batch_is_inconclusive(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A sampler too slow for its budget checks no search batch: INCONCLUSIVE (exit 3) saying so, never
+    PASSED on the targeted cases alone or on nothing; the probe before the first screen sizes the
+    screens, so the campaign keeps to its budget instead of running one screen blind."""
+    sampler = tmp_path / "slow.py"
+    sampler.write_text(SLOW_SAMPLER)
+    argv = ["run", "--variant", f"{sampler}:Slow", "--budget", "3", "--device", "cpu"]
+    code = main([*argv, "--corpus", str(tmp_path / "corpus")])
     out = capsys.readouterr().out
     assert code == EXIT_INCONCLUSIVE, out
-    assert "coverage: no search batch was checked" in out and "no search batch was checked" in out
+    assert "coverage: no search batch was checked" in out and "INCONCLUSIVE:" in out
+    assert "inconclusive: no batch was checked" in out or "inconclusive: no search batch" in out
+    assert "over budget" not in out, out
 
 
 INTERRUPTED_SAMPLER = """
