@@ -206,11 +206,8 @@ def certify_variant(
 
 
 def _explained(verdict: Verdict) -> list[str]:
-    """A failed verdict's explanation (the decisive cells against the exact law), as an indented
-    block, where the verdict carries one."""
-    explain = getattr(verdict, "explain", None)
-    lines = list(explain()) if callable(explain) else []
-    lines = lines[1:] if lines and lines[0] == verdict.message else lines
+    """A failed verdict's explanation below its message (`Verdict.explain`), as a code block."""
+    lines = verdict.explain()[1:]
     return ["", "```", *lines, "```", ""] if lines else []
 
 
@@ -369,7 +366,7 @@ def certify(
     status = _status([r.status for r in reports] + [self_test])
     text = markdown(reports, records, profile, seconds, status)
     if stopped or self_test == "interrupted":
-        left = [s for s in specs[len(reports) :]]
+        left = specs[len(reports) :]
         text += (
             "\n**Interrupted** (Ctrl-C): "
             + (f"not certified: {', '.join(f'`{s}`' for s in left)}; " if left else "")

@@ -179,7 +179,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             return EXIT_INTERRUPTED
         return EXIT_PASSED if result.status == "pass" else EXIT_INCONCLUSIVE
     print(f"FAILED: {args.variant}: check {result.failure.check} ({result.case}): {result.failure.message}")
-    for line in explanation(result.failure):
+    for line in result.failure.explain()[1:]:  # below its one-line message
         print(f"  {line}")
     interrupted = " (interrupted while shrinking: the smallest failure so far)" if result.interrupted else ""
     print(f"Found after {result.found_after or 0.0:.1f} s{interrupted}; {result.describe()}")
@@ -188,16 +188,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     if result.reproducer is not None:
         print(f"Reproducer: {result.reproducer}\nReplay:     {cmdline.replay(result.reproducer)}")
     return EXIT_FAILED
-
-
-def explanation(verdict: object) -> list[str]:
-    """The lines that explain a failed verdict beyond its one-line message (what the decisive cells
-    held against the exact law), where the verdict carries them."""
-    explain = getattr(verdict, "explain", None)
-    if not callable(explain):
-        return []
-    lines = list(explain())
-    return lines[1:] if lines and lines[0] == getattr(verdict, "message", None) else lines
 
 
 def _run_workers(args: argparse.Namespace) -> int:
@@ -274,7 +264,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         failures += bool(failed)
         status = f"FAILED {failed[0].check}: {failed[0].message}" if failed else "passed"
         print(f"{path}: {spec}: {status}")
-        for line in explanation(failed[0]) if failed else []:
+        for line in failed[0].explain()[1:] if failed else []:
             print(f"  {line}")
     print(f"{len(paths) - failures - skipped} passed, {failures} failed, {skipped} skipped")
     if failures:

@@ -213,7 +213,7 @@ class _Item(pytest.Item):
         """Fail on a failed verdict, skip on an inconclusive one, pass otherwise."""
         failed = [v for v in verdicts if v.failed]
         if failed:
-            lines = [line for v in failed for line in (v.explain() if hasattr(v, "explain") else [v.message])]
+            lines = [line for v in failed for line in v.explain()]
             raise AssertionError("\n".join([*lines, f"replay: {replay}", f"({NO_RERUN})"]))
         inconclusive = [v for v in verdicts if v.status == "inconclusive"]
         if inconclusive:
