@@ -36,6 +36,8 @@ _TENSOR_FIELDS = (
     "synthetic_rates",
     "draft_slot",
 )
+# Fields written only when the batch has them: older reproducers replay as they were.
+_OPTIONAL_TENSOR_FIELDS = ("top_k", "top_p", "min_p")
 
 
 def encode_tensor(tensor: torch.Tensor | None) -> dict[str, Any] | None:
@@ -68,13 +70,28 @@ def encode_batch(batch: SpecBatch) -> dict[str, Any]:
     encoded: dict[str, Any] = {name: encode_tensor(getattr(batch, name)) for name in _TENSOR_FIELDS}
     encoded["method"] = batch.method
     encoded["max_num_drafts"] = batch.max_num_drafts
+    encoded.update(
+        {
+            name: encode_tensor(getattr(batch, name))
+            for name in _OPTIONAL_TENSOR_FIELDS
+            if getattr(batch, name) is not None
+        }
+    )
+    if batch.draft_filter:
+        encoded["draft_filter"] = True
     return encoded
 
 
 def decode_batch(encoded: dict[str, Any], device: torch.device | str = "cpu") -> SpecBatch:
     """The batch `encode_batch` wrote, on ``device``."""
     tensors = {name: decode_tensor(encoded[name], device) for name in _TENSOR_FIELDS}
-    return SpecBatch(method=encoded["method"], max_num_drafts=encoded.get("max_num_drafts"), **tensors)  # type: ignore[arg-type]
+    tensors |= {name: decode_tensor(encoded.get(name), device) for name in _OPTIONAL_TENSOR_FIELDS}
+    return SpecBatch(  # type: ignore[arg-type]
+        method=encoded["method"],
+        max_num_drafts=encoded.get("max_num_drafts"),
+        draft_filter=encoded.get("draft_filter", False),
+        **tensors,
+    )
 
 
 def versions() -> dict[str, str]:

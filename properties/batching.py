@@ -16,6 +16,7 @@ import numpy.typing as npt
 import torch
 
 from specsample.reference.contract import SpecBatch, SpecOutput
+from specsample.reference.filters import FILTERS
 
 I64Array = npt.NDArray[np.int64]
 
@@ -91,6 +92,10 @@ def select_requests(
         step=per_request(step, batch.step),
         draft_slot=draft_slot,
         max_num_drafts=int(new_counts.max()) if new_counts.size else 0,
+        **{
+            name: None if getattr(batch, name) is None else gather(getattr(batch, name), index)
+            for name in FILTERS
+        },
     )
 
 
@@ -105,6 +110,8 @@ def concatenate(batches: Sequence[SpecBatch]) -> SpecBatch:
             raise ValueError("batches differ in vocab size or method; expected one of each")
         if (other.draft_logits is None) != (first.draft_logits is None) or other.slotted != first.slotted:
             raise ValueError("batches differ in their kind of draft logits; expected one kind")
+        if other.draft_filter != first.draft_filter:
+            raise ValueError("batches differ in draft_filter; expected one value")
     cu_parts, offset = [first.cu_num_drafts.new_zeros(1)], 0
     for b in batches:
         cu_parts.append(b.cu_num_drafts[1:] + offset)
@@ -134,6 +141,24 @@ def concatenate(batches: Sequence[SpecBatch]) -> SpecBatch:
         step=torch.cat([b.step for b in batches]),
         draft_slot=draft_slot,
         max_num_drafts=max(b.resolved_max_num_drafts() for b in batches),
+        **{name: _joined_parameter(batches, name) for name in FILTERS},
+    )
+
+
+def _joined_parameter(batches: Sequence[SpecBatch], name: str) -> torch.Tensor | None:
+    """Sampling parameter ``name`` of the batches one after another (``None`` where none has it; a
+    batch without it contributes its "off" value)."""
+    if all(getattr(b, name) is None for b in batches):
+        return None
+    off = {"top_k": 0, "top_p": 1.0, "min_p": 0.0}[name]
+    given = next(getattr(b, name) for b in batches if getattr(b, name) is not None)
+    return torch.cat(
+        [
+            getattr(b, name)
+            if getattr(b, name) is not None
+            else torch.full_like(b.temperature, off, dtype=given.dtype)
+            for b in batches
+        ]
     )
 
 

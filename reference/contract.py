@@ -11,6 +11,9 @@ Layout of a batch with ``B`` requests, request ``b`` holding ``n_b >= 0`` drafts
   ``cu_num_drafts[b] + b ... cu_num_drafts[b + 1] + b``, one per draft position, then its bonus row.
 - ``draft_logits``: ``None`` (one-hot drafts), ``[D, V]`` flat (``D = sum(n_b)``, request ``b``'s
   rows start at ``cu_num_drafts[b]``), or ``[S, K, V]`` read through ``draft_slot [B]``.
+- ``top_k``, ``top_p``, ``min_p``: optional ``[B]`` sampling parameters; every method verifies
+  against the processed law they give (`reference.filters`), and ``draft_filter`` says whether the
+  sampler applies them to the draft logits too.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Literal, Protocol, runtime_checkable
 import numpy as np
 import torch
 
+from .filters import FILTER_FLAGS, FILTERS
 from .methods import METHODS as METHOD_TABLE
 from .methods import MethodName as Method
 from .schemes import RandomScheme
@@ -58,6 +62,12 @@ class SpecBatch:
         draft_slot: ``[B]`` int32/int64 slot of each request in slotted ``draft_logits``.
         max_num_drafts: optional host-side ``max(n_b)``; lets a GPU sampler size its output
             without reading ``cu_num_drafts`` back from the device.
+        top_k: optional ``[B]`` int32/int64; ``0`` or ``>= V`` is off (`reference.filters`).
+        top_p: optional ``[B]`` fp32 in ``(0, 1]``; ``1`` is off.
+        min_p: optional ``[B]`` fp32 in ``[0, 1)``; ``0`` is off. ``None`` is off for every request.
+        draft_filter: ``False``: the draft logits already are the law the drafts were drawn from
+            (the engine filtered them); ``True``: the sampler applies each request's filters to
+            its draft logits as to its target logits.
     """
 
     target_logits: torch.Tensor
@@ -71,6 +81,15 @@ class SpecBatch:
     synthetic_rates: torch.Tensor | None = None
     draft_slot: torch.Tensor | None = None
     max_num_drafts: int | None = field(default=None, compare=False)
+    top_k: torch.Tensor | None = None
+    top_p: torch.Tensor | None = None
+    min_p: torch.Tensor | None = None
+    draft_filter: bool = False
+
+    @property
+    def filtered(self) -> bool:
+        """Whether the batch carries any sampling parameter (``top_k``, ``top_p`` or ``min_p``)."""
+        return any(getattr(self, name) is not None for name in FILTERS)
 
     @property
     def num_requests(self) -> int:
@@ -175,6 +194,14 @@ class Capabilities:
         arithmetic: ``"log"`` (log space, exact as far as float32 goes), or ``"fp32-probs"``:
             probabilities in float32, where a probability below the smallest normal (``2**-126``)
             is zero; the exact law the checks use flushes them too.
+        filters: which of ``top_k``, ``top_p``, ``min_p`` and ``draft_filter`` it takes (none by
+            default: the harness never sends a sampling parameter it does not declare).
+        pivot_ties: ``"value"``: every token tied with a pivot is kept (the specification); or
+            ``"index"``: ties at a pivot are broken by index, as a sort gives, so the strategies
+            never put exact ties at a pivot.
+        filter_ulps: the rounding of its filter arithmetic, in float32 ulps per comparison: a
+            token within that many ulps of a pivot (``reference.filters.pivot_band``: per
+            ``sqrt(V)`` for the mass above a token) may be kept or dropped (a near pivot).
     """
 
     methods: tuple[str, ...] = METHODS
@@ -187,6 +214,9 @@ class Capabilities:
     out_of_range_ids: bool = True
     max_vocab: int = MAX_VOCAB_SIZE
     arithmetic: Arithmetic = "log"
+    filters: tuple[str, ...] = ()
+    pivot_ties: Literal["value", "index"] = "value"
+    filter_ulps: float = 4.0
 
     def not_checked(self) -> list[str]:
         """What the harness leaves out for a sampler with these capabilities, one line each."""
@@ -205,6 +235,11 @@ class Capabilities:
                 "probabilities below 2**-126 (zero in the sampler's fp32 arithmetic and in its law)",
             ),
         )
+        lines += [
+            f"{name} (the sampler does not take it)" for name in FILTER_FLAGS if name not in self.filters
+        ]
+        if self.filters and self.pivot_ties == "index":
+            lines.append("exact ties at a filter's pivot (the sampler breaks them by index)")
         return lines + [text for off, text in flags if off]
 
     def admits(self, batch: SpecBatch) -> str | None:
@@ -225,6 +260,14 @@ class Capabilities:
             (self.infinite_logits or not infinite, "+inf logits or a row with no finite logit"),
             (not cool, f"a temperature in (0, {self.greedy_below:g})"),
             (self.out_of_range_ids or not out_of_range, "draft ids outside [-1, V)"),
+            *(
+                (name in self.filters or getattr(batch, name) is None, f"{name} (not declared in filters)")
+                for name in FILTERS
+            ),
+            (
+                "draft_filter" in self.filters or not batch.draft_filter,
+                "draft_filter (not declared in filters)",
+            ),
         )
         return next((text for inside, text in checks if not inside), None)
 
@@ -237,6 +280,12 @@ class Capabilities:
         ):
             if not chosen or any(c not in known for c in chosen):
                 raise _fail(f"capabilities.{name}", f"is {chosen}; expected a non-empty subset of {known}")
+        if any(name not in FILTER_FLAGS for name in self.filters):
+            raise _fail("capabilities.filters", f"is {self.filters}; expected a subset of {FILTER_FLAGS}")
+        if self.pivot_ties not in ("value", "index"):
+            raise _fail("capabilities.pivot_ties", f"is {self.pivot_ties!r}; expected 'value' or 'index'")
+        if not (self.filter_ulps >= 0 and np.isfinite(self.filter_ulps)):
+            raise _fail("capabilities.filter_ulps", f"is {self.filter_ulps}; expected a finite value >= 0")
         if self.arithmetic not in ("log", "fp32-probs"):
             raise _fail("capabilities.arithmetic", f"is {self.arithmetic!r}; expected 'log' or 'fp32-probs'")
         if not (self.greedy_below >= 0 and np.isfinite(self.greedy_below)):
@@ -365,6 +414,11 @@ def validate_batch(batch: object, *, check_values: bool | None = True) -> None:
         _check_tensor("synthetic_rates", batch.synthetic_rates, (1,), (torch.float64,), device)
     elif METHOD_TABLE[batch.method].takes_rates:
         raise _fail("synthetic_rates", f"is None; method {batch.method!r} needs [K] conditional rates")
+    for name, dtypes in (("top_k", INDEX_DTYPES), ("top_p", (torch.float32,)), ("min_p", (torch.float32,))):
+        if getattr(batch, name) is not None:
+            _check_tensor(name, getattr(batch, name), (1,), dtypes, device, num_requests)
+    if not isinstance(batch.draft_filter, bool):
+        raise _fail("draft_filter", f"{_wrong_type(batch.draft_filter)}; expected a bool")
     # The hint sizes a GPU sampler's output unchecked against cu_num_drafts: bound it by the shapes.
     hint = batch.max_num_drafts
     if hint is not None:
@@ -434,6 +488,16 @@ def _validate_values(batch: SpecBatch) -> None:
         if max_count > capacity:
             raise _fail("draft_logits", f"holds K = {capacity} drafts per slot; a request has {max_count}")
 
+    if batch.top_k is not None:
+        top_k = batch.top_k.detach().cpu()
+        _check_entries("top_k", top_k, top_k >= 0, "k >= 0 (0 or >= V: off)")
+    if batch.top_p is not None:
+        top_p = batch.top_p.detach().cpu()
+        _check_entries("top_p", top_p, (top_p > 0) & (top_p <= 1), "a value in (0, 1] (1: off)")
+    if batch.min_p is not None:
+        min_p = batch.min_p.detach().cpu()
+        _check_entries("min_p", min_p, (min_p >= 0) & (min_p < 1), "a value in [0, 1) (0: off)")
+
     if METHOD_TABLE[batch.method].takes_rates:
         assert batch.synthetic_rates is not None
         rates = batch.synthetic_rates.detach().cpu()
@@ -471,6 +535,7 @@ class RequestData:
         draft_logits: ``[n, V]``, or ``None`` for one-hot drafts.
         temperature: ``0`` means greedy.
         seed, step: the request's random stream.
+        top_k, top_p, min_p: the request's sampling parameters (off by default).
     """
 
     target_logits: np.ndarray | torch.Tensor
@@ -479,6 +544,9 @@ class RequestData:
     temperature: float = 1.0
     seed: int = 0
     step: int = 0
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
 
 
 def make_batch(
@@ -491,12 +559,14 @@ def make_batch(
     num_slots: int | None = None,
     slot_capacity: int | None = None,
     device: torch.device | str = "cpu",
+    draft_filter: bool = False,
 ) -> SpecBatch:
     """Assemble a validated `SpecBatch` from per-request data.
 
     Draft logits are all given or all ``None``. With ``slots`` (one distinct slot per request) they
     go into a ``[num_slots, slot_capacity, V]`` buffer read through ``draft_slot``; unused slot rows
-    hold zeros. Otherwise they are stacked flat ``[D, V]``.
+    hold zeros. Otherwise they are stacked flat ``[D, V]``. A sampling parameter becomes a ``[B]``
+    tensor where some request sets it, and stays ``None`` where none does.
     """
     if not requests:
         raise _fail("requests", "is empty; expected at least one request")
@@ -559,6 +629,13 @@ def make_batch(
     elif slots is not None:
         raise _fail("slots", "is given but the requests have no draft logits")
     rates = None if synthetic_rates is None else np.asarray(synthetic_rates, dtype=np.float64)
+    off = {"top_k": (0, torch.int32), "top_p": (1.0, torch.float32), "min_p": (0.0, torch.float32)}
+    params = {
+        name: torch.tensor([getattr(r, name) for r in requests], dtype=dtype, device=dev)
+        if any(getattr(r, name) != default for r in requests)
+        else None
+        for name, (default, dtype) in off.items()
+    }
     batch = SpecBatch(
         target_logits=torch.cat(targets).to(dev, dtype),
         draft_logits=draft_logits,
@@ -571,6 +648,8 @@ def make_batch(
         synthetic_rates=None if rates is None else torch.as_tensor(rates, device=dev),
         draft_slot=draft_slot,
         max_num_drafts=max(counts),
+        draft_filter=draft_filter,
+        **params,
     )
     batch.validate()
     return batch

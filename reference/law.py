@@ -17,6 +17,11 @@ Temperatures above ``1e30`` act as ``1e30`` (`MAX_TEMPERATURE`: the law is unifo
 ``1e-30`` either way for logits below ``1``, and ``1 / T`` stays a normal float32).
 Inputs are upcast to float64 after their own rounding, so fp16 and bf16 logits are exact.
 
+Filtered verification: where the batch carries sampling parameters, every ``p_i`` is the processed
+law ``p'_i`` of `reference.filters` (its logits masked to ``-inf`` outside the kept set, read so by
+`BatchRows`), and so is every ``q_i`` when the batch's ``draft_filter`` is set; the rules above apply
+to the processed laws unchanged.
+
 A sampler that declares ``fp32-probs`` arithmetic (`reference.contract.Capabilities`) is held to
 the law of the probabilities it can represent: every ``p_i`` and ``q_i`` below ``2**-126`` is zero
 and the row renormalised.
@@ -25,7 +30,7 @@ and the row renormalised.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -33,10 +38,13 @@ import torch
 
 from . import block, methods
 from .contract import FP32_TINY, Arithmetic, SpecBatch, validate_batch
+from .filters import FilterParams, PivotBand, kept_tokens, near_pivot
 
 F64Array = npt.NDArray[np.float64]
 I64Array = npt.NDArray[np.int64]
 MAX_TEMPERATURE = 1e30
+# Which kept set a read of filtered rows gives: the exact one, or without / with its near pivots.
+Pivots = Literal["exact", "lower", "upper"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -147,6 +155,11 @@ class BatchRows:
         temperature, seed, step: ``[B]`` each, seeds and steps int64.
         rates: ``[K]`` synthetic conditional rates, else ``None``.
         method: the batch's method.
+        filters: ``[B]`` each request's sampling parameters, or ``None`` when the batch has none.
+        draft_filter: whether the draft rows are filtered too.
+        pivots: which kept set `target_rows` and `draft_rows` mask with: ``"exact"``, or
+            ``"lower"`` / ``"upper"``: without / with the near pivots of ``band``.
+        band: the near-pivot band of ``"lower"`` and ``"upper"``.
     """
 
     target: F64Array
@@ -160,13 +173,25 @@ class BatchRows:
     step: I64Array
     rates: F64Array | None
     method: str
+    filters: FilterParams | None = None
+    draft_filter: bool = False
+    pivots: Pivots = "exact"
+    band: PivotBand | None = None
 
     @classmethod
-    def of(cls, batch: SpecBatch) -> BatchRows:
+    def of(cls, batch: SpecBatch, pivots: Pivots = "exact", band: PivotBand | None = None) -> BatchRows:
         """Read ``batch`` (on any device) to the CPU once; anything but a valid `SpecBatch` raises
         ``ValueError`` naming the argument first."""
         validate_batch(batch)
         ids, cu = _host(batch.draft_token_ids, torch.int64), _host(batch.cu_num_drafts, torch.int64)
+        filters = None
+        if batch.filtered:
+            off = FilterParams.off(batch.num_requests)
+            filters = FilterParams(
+                top_k=off.top_k if batch.top_k is None else _host(batch.top_k, torch.int64),
+                top_p=off.top_p if batch.top_p is None else _host(batch.top_p),
+                min_p=off.min_p if batch.min_p is None else _host(batch.min_p),
+            )
         return cls(
             target=_host(batch.target_logits),
             draft=_host(batch.draft_logits),
@@ -179,21 +204,48 @@ class BatchRows:
             step=_host(batch.step, torch.int64),
             rates=_host(batch.synthetic_rates) if methods.METHODS[batch.method].takes_rates else None,
             method=batch.method,
+            filters=filters,
+            draft_filter=batch.draft_filter,
+            pivots=pivots,
+            band=band,
         )
 
-    def target_rows(self, requests: I64Array, position: npt.ArrayLike) -> F64Array:
-        """``[A, V]`` row ``position`` of each request's target rows."""
+    def filter(self, logits: F64Array, requests: I64Array) -> F64Array:
+        """``[A, V]`` rows of ``requests`` with what their filters drop masked to ``-inf`` (unchanged
+        when the batch has no sampling parameters); the near pivots as ``pivots`` says."""
+        if self.filters is None:
+            return logits
+        params, temperature = self.filters.take(requests), self.temperature[requests]
+        kept = kept_tokens(logits, temperature, params)
+        if self.pivots != "exact":
+            assert self.band is not None
+            near = near_pivot(logits, temperature, params, self.band)
+            kept = (kept & ~near) if self.pivots == "lower" else (kept | near)
+        return np.asarray(np.where(kept, logits, -np.inf), dtype=np.float64)
+
+    def raw_target_rows(self, requests: I64Array, position: npt.ArrayLike) -> F64Array:
+        """``[A, V]`` row ``position`` of each request's target rows, as the batch holds them."""
         at = np.asarray(position, dtype=np.int64)
         return np.asarray(self.target[self.starts[requests] + requests + at])
 
-    def draft_rows(self, requests: I64Array, position: npt.ArrayLike) -> F64Array | None:
-        """``[A, V]`` draft row ``position`` of each request, read through its slot when slotted."""
+    def target_rows(self, requests: I64Array, position: npt.ArrayLike) -> F64Array:
+        """``[A, V]`` row ``position`` of each request's target rows, filtered (`filter`)."""
+        return self.filter(self.raw_target_rows(requests, position), requests)
+
+    def raw_draft_rows(self, requests: I64Array, position: npt.ArrayLike) -> F64Array | None:
+        """``[A, V]`` draft row ``position`` of each request as the batch holds it, read through its
+        slot when slotted."""
         at = np.asarray(position, dtype=np.int64)
         if self.draft is None:
             return None
         if self.slot is None:
             return np.asarray(self.draft[np.minimum(self.starts[requests] + at, self.draft.shape[0] - 1)])
         return np.asarray(self.draft[self.slot[requests], np.minimum(at, self.draft.shape[1] - 1)])
+
+    def draft_rows(self, requests: I64Array, position: npt.ArrayLike) -> F64Array | None:
+        """``[A, V]`` draft row ``position`` of each request, filtered where ``draft_filter`` says."""
+        raw = self.raw_draft_rows(requests, position)
+        return raw if raw is None or not self.draft_filter else self.filter(raw, requests)
 
     def draft_ids(self, requests: I64Array, position: npt.ArrayLike) -> I64Array:
         """``[A]`` the draft at ``position`` of each request, ``-1`` where it has none."""

@@ -18,7 +18,9 @@ Beside the output, the walk records every decision it makes (`reference.near_tie
 acceptance tests, the draws with their noise, block verification's keep decisions, the comparisons of
 exact values). After each chunk of requests the near-tie model reads that record in one pass
 (`reference.near_ties.judge`) and marks every emitted position whose decision float32 arithmetic
-could flip: a *near tie*.
+could flip: a *near tie*. In a filtered batch (`reference.filters`) a decision that changes when the
+near pivots of its rows are dropped from the kept sets, or added to them, is a near tie too: the walk
+runs twice more, once each way (`pivot_sensitive`).
 """
 
 from __future__ import annotations
@@ -30,13 +32,16 @@ import numpy.typing as npt
 import torch
 
 from . import block
-from .contract import SpecBatch, SpecOutput
-from .law import BatchRows, F64Array, I64Array, greedy_token, one_hot, row_probs, token_logprobs
+from .contract import Capabilities, SpecBatch, SpecOutput
+from .filters import FILTER_FLAGS, PivotBand, pivot_band
+from .law import BatchRows, F64Array, I64Array, Pivots, greedy_token, one_hot, row_probs, token_logprobs
 from .methods import METHODS, Method
 from .near_ties import AcceptanceTest, BoolArray, Decision, Draw, ExactDecision, Keep, judge
 from .schemes import CANONICAL, Noise, RandomScheme, draw
 
 DEFAULT_MAX_ELEMENTS = 1 << 22
+# The filter rounding the walk allows when the sampler declares none (`Capabilities.filter_ulps`).
+DEFAULT_BAND = pivot_band(4.0)
 
 
 @dataclass(frozen=True)
@@ -80,9 +85,17 @@ class Walk:
     docstring), in chunks of requests of at most ``max_elements`` logits per position (in all, for
     a method that samples every row: a chunk's record holds the noise of every row it drew from)."""
 
-    def __init__(self, scheme: RandomScheme = CANONICAL, max_elements: int = DEFAULT_MAX_ELEMENTS) -> None:
+    def __init__(
+        self,
+        scheme: RandomScheme = CANONICAL,
+        max_elements: int = DEFAULT_MAX_ELEMENTS,
+        pivots: Pivots = "exact",
+        band: PivotBand = DEFAULT_BAND,
+    ) -> None:
         self.scheme = scheme
         self.max_elements = max_elements
+        self.pivots: Pivots = pivots
+        self.band = band
 
     def run(self, batch: SpecBatch) -> WalkResult:
         """Sample ``batch``; return the output and its near ties, judged from each chunk's record."""
@@ -127,8 +140,8 @@ class Walk:
     # -- stages ---------------------------------------------------------------------------------
 
     def read(self, batch: SpecBatch) -> BatchRows:
-        """The batch as float64 rows."""
-        return BatchRows.of(batch)
+        """The batch as float64 rows (filtered as ``pivots`` says)."""
+        return BatchRows.of(batch, self.pivots, self.band)
 
     def method(self, name: str) -> Method:
         """The rules of the batch's method."""
@@ -396,6 +409,8 @@ class WalkSampler(Walk):
     the planted mutants of `fuzz.mutants` subclass it."""
 
     name = "walk"
+    # Exact on every input, filtered ones included.
+    capabilities = Capabilities(filters=FILTER_FLAGS)
 
     def __init__(self, scheme: RandomScheme = CANONICAL) -> None:
         super().__init__(scheme)
@@ -408,8 +423,35 @@ class WalkSampler(Walk):
         return self.run(batch).output
 
 
+def pivot_sensitive(
+    batch: SpecBatch, exact: SpecOutput, scheme: RandomScheme, max_elements: int, band: PivotBand
+) -> BoolArray:
+    """``[B, max_n + 1]`` the positions from which the walk's output changes when every near pivot of
+    ``band`` is dropped from the kept sets, or added to them (all ``False`` in an unfiltered batch)."""
+    width = exact.token_ids.shape[1]
+    near = np.zeros((batch.num_requests, width), dtype=bool)
+    if not batch.filtered:
+        return near
+    tokens, emitted = exact.token_ids.numpy(), exact.num_emitted.numpy().astype(np.int64)
+    for pivots in ("lower", "upper"):
+        other = Walk(scheme, max_elements, pivots, band).run(batch).output
+        differs = other.token_ids.numpy() != tokens
+        differs |= (
+            np.arange(width)[None, :] >= np.minimum(emitted, other.num_emitted.numpy())[:, None] - 1
+        ) & (other.num_emitted.numpy() != emitted)[:, None]
+        near |= np.logical_or.accumulate(differs, axis=1)
+    return near
+
+
 def walk(
-    batch: SpecBatch, scheme: RandomScheme = CANONICAL, max_elements: int = DEFAULT_MAX_ELEMENTS
+    batch: SpecBatch,
+    scheme: RandomScheme = CANONICAL,
+    max_elements: int = DEFAULT_MAX_ELEMENTS,
+    band: PivotBand = DEFAULT_BAND,
 ) -> WalkResult:
-    """`Walk` on ``batch``: the output and its near ties."""
-    return Walk(scheme, max_elements).run(batch)
+    """`Walk` on ``batch``: the output and its near ties (`pivot_sensitive` ones included)."""
+    result = Walk(scheme, max_elements, band=band).run(batch)
+    if not batch.filtered:
+        return result
+    near = result.near | pivot_sensitive(batch, result.output, scheme, max_elements, band)
+    return WalkResult(output=result.output, near=near, num_decisions=result.num_decisions)
