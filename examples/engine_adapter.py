@@ -4,7 +4,10 @@
 logits), drafts padded to ``[B, K]``, and a ``torch.Generator`` per request. `EngineAdapter` is the
 whole adapter: it turns a `SpecBatch` into the engine's arguments and the engine's output into a
 `SpecOutput`, and ``capabilities`` says what the engine implements, so the harness checks it there
-and reports the rest as not checked. Certify it with::
+and reports the rest as not checked. Like a serving engine, it verifies against the *processed*
+target law: `engine_filter` applies a request's min-p, top-k and top-p to the target probabilities
+(sort and cumulative sum, in float64) before the engine sees them, and the drafts come from the law
+the engine already filtered (``draft_filter`` stays off). Certify it with::
 
     python -m specsample.fuzz certify --variant examples/engine_adapter.py:EngineAdapter
 """
@@ -61,6 +64,22 @@ def engine_rejection_sample(
     return out
 
 
+def engine_filter(probs: torch.Tensor, top_k: int, top_p: float, min_p: float) -> torch.Tensor:
+    """Rows of probabilities restricted to what min-p, then top-k, then top-p keep, renormalised: the
+    engine's sampling parameters (each keeps the tokens at or above a value; ties at a cut kept)."""
+    keep = probs >= min_p * probs.amax(-1, keepdim=True)
+    if 0 < top_k < probs.shape[-1]:
+        kth = torch.where(keep, probs, -1.0).sort(-1, descending=True).values[..., top_k - 1 : top_k]
+        keep &= probs >= kth
+    if top_p < 1.0:
+        kept = torch.where(keep, probs, 0.0).sort(-1, descending=True).values
+        above = (kept.cumsum(-1) - kept) / kept.sum(-1, keepdim=True)
+        last = ((above < top_p) & (kept > 0)).sum(-1, keepdim=True).clamp(min=1) - 1
+        keep &= probs >= kept.gather(-1, last)
+    filtered = torch.where(keep, probs, 0.0)
+    return filtered / filtered.sum(-1, keepdim=True)
+
+
 def _probs(logits: torch.Tensor, temperature: torch.Tensor) -> torch.Tensor:
     """``softmax(logits / T)`` of one request's rows; a greedy request (``T = 0``) gets its argmax."""
     clean = torch.nan_to_num(logits.double(), nan=-torch.inf)
@@ -70,21 +89,39 @@ def _probs(logits: torch.Tensor, temperature: torch.Tensor) -> torch.Tensor:
     return torch.where(t == 0, greedy, probs)
 
 
+def _parameters(batch: SpecBatch, b: int) -> tuple[int, float, float]:
+    """Request ``b``'s ``(top_k, top_p, min_p)``, off where the batch does not set them."""
+    top_k = 0 if batch.top_k is None else int(batch.top_k[b])
+    top_p = 1.0 if batch.top_p is None else float(batch.top_p[b])
+    min_p = 0.0 if batch.min_p is None else float(batch.min_p[b])
+    return top_k, top_p, min_p
+
+
 class EngineAdapter:
     """The adapter: `SpecBatch` in, engine call, `SpecOutput` out (flat or one-hot drafts)."""
 
     name = "engine-adapter"
     streams = None
     # Probabilistic sampling of flat or one-hot drafts, no logprobs; +inf logits and rows with no
-    # finite logit make the engine's softmax NaN, so its callers never send them.
+    # finite logit make the engine's softmax NaN, so its callers never send them. It takes min-p,
+    # top-k and top-p on the target (its filters in float64: rounding at a cut-off within 1 ulp).
     capabilities = Capabilities(
-        methods=("probabilistic",), draft_kinds=("one-hot", "flat"), logprobs=False, infinite_logits=False
+        methods=("probabilistic",),
+        draft_kinds=("one-hot", "flat"),
+        logprobs=False,
+        infinite_logits=False,
+        filters=("top_k", "top_p", "min_p"),
+        filter_ulps=1.0,
     )
 
     def __call__(self, batch: SpecBatch) -> SpecOutput:
         """Sample ``batch`` with the engine's sampler."""
         if batch.method != "probabilistic" or batch.draft_slot is not None:
             raise ValueError(f"method is {batch.method!r}; this engine does flat probabilistic sampling only")
+        if batch.draft_filter:
+            raise ValueError(
+                "draft_filter is True; this engine takes drafts from the law it already filtered"
+            )
         counts = batch.num_drafts()
         width = max(counts)
         starts = batch.cu_num_drafts.tolist()
@@ -99,6 +136,8 @@ class EngineAdapter:
             # Drafts outside [-1, V) become placeholders.
             ids[b, :n] = torch.where(drafts < batch.vocab_size, drafts.clamp(min=-1), -1)
             target[b, : n + 1] = _probs(batch.target_logits[first + b : first + b + n + 1], temperature)
+            if temperature > 0:  # greedy rows are unaffected by the filters
+                target[b, : n + 1] = engine_filter(target[b, : n + 1], *_parameters(batch, b))
             if draft is not None and batch.draft_logits is not None:
                 draft[b, :n] = _probs(batch.draft_logits[first : first + n], temperature)
         generators = [

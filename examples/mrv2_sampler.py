@@ -192,6 +192,8 @@ class Mrv2Sampler:
             raise ValueError(f"method is {batch.method!r}; this example implements 'probabilistic' only")
         if batch.slotted:
             raise ValueError("draft_logits is slotted [S, K, V]; this example takes flat or one-hot drafts")
+        if batch.filtered or batch.draft_filter:
+            raise ValueError("top_k, top_p, min_p or draft_filter is given; this example applies no filters")
         num_requests, vocab_size = batch.num_requests, batch.vocab_size
         width = batch.resolved_max_num_drafts() + 1
         token_ids = torch.empty(num_requests, width, dtype=torch.int64, device=batch.device)

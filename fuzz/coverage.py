@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specsample.properties.profiles import Profile
-from specsample.properties.strategies import DEGENERATE_ROWS, DRAFT_KINDS, DTYPES, FAMILIES
+from specsample.properties.strategies import DEGENERATE_ROWS, DRAFT_KINDS, DTYPES, FAMILIES, FILTER_MIXES
 from specsample.reference.contract import METHODS, Capabilities
+from specsample.reference.filters import FILTERS
 
 # Temperature buckets: greedy, tiny (logits / T overflows float32), cold, about 1, hot, huge.
 TEMPERATURE_BUCKETS = ("greedy", "tiny", "cold", "about 1", "hot", "huge")
@@ -88,6 +89,8 @@ class Coverage:
         }
         if "flat" in caps.draft_kinds or "slotted" in caps.draft_kinds:  # degenerate rows need draft logits
             possible["degenerate draft rows"] = ["none", *DEGENERATE_ROWS]
+        if any(name in caps.filters for name in FILTERS):
+            possible["sampling parameters"] = list(FILTER_MIXES)
         bucketers: dict[str, Callable[[Any], str]] = {
             "vocabulary": lambda v: _bucket(v, vocab),
             "vocabulary at a block edge": str,
@@ -113,6 +116,7 @@ class Coverage:
             "draft layouts": [description["layout"]],
             "placeholders": ["some" if description["placeholders"] else "none"],
             "degenerate draft rows": [r.get("degenerate rows", "none") for r in requests],
+            "sampling parameters": [r.get("filters", "off") for r in requests],
         }
         for dimension, items in values.items():
             if dimension not in self.possible:

@@ -614,6 +614,12 @@ def rejection_sample(
         raise ValueError(
             f"method is {batch.method!r}; the kernels have a branch for {', '.join(KERNEL_METHODS)} only"
         )
+    unsupported = [name for name in ("top_k", "top_p", "min_p") if getattr(batch, name) is not None]
+    if unsupported or batch.draft_filter:
+        # Never dropped silently: a sampling parameter the kernels do not apply is an error.
+        raise ValueError(
+            f"{(unsupported or ['draft_filter'])[0]} is given; these kernels do not apply sampling parameters"
+        )
     if batch.max_num_drafts is None:
         # The one read of cu_num_drafts, checked whatever check_values says: it sizes the output.
         batch = dataclasses.replace(batch, max_num_drafts=batch.resolved_max_num_drafts())

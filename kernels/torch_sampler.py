@@ -10,6 +10,10 @@ on nothing else in the batch. It reads the draft counts back to the host.
 Its arithmetic is fp32 probabilities, declared as such (``fp32-probs``): a probability below
 float32's smallest normal is zero to it, explicitly (the law it is held to flushes them too), so a
 draft whose ``p`` and ``q`` both underflow is never accepted.
+
+It takes every sampling parameter (`reference.filters`): min-p, top-k and top-p on the fp32
+probabilities by a sort and a float32 cumulative sum (`filter_probs`), value pivots, on the target
+rows and, with ``draft_filter``, on the draft rows.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import torch
 from torch.nn import functional as F
 
 from specsample.reference.contract import FP32_TINY, Capabilities, SpecBatch, SpecOutput, validate_batch
+from specsample.reference.filters import FILTER_FLAGS
 from specsample.reference.law import MAX_TEMPERATURE
 
 _MASK64 = (1 << 64) - 1
@@ -68,6 +73,46 @@ def _inverse_cdf(weights: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     return torch.minimum(index, last_positive)
 
 
+def filter_probs(
+    probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, min_p: torch.Tensor
+) -> torch.Tensor:
+    """Rows ``[rows, V]`` of fp32 probabilities restricted to what min-p, then top-k, then top-p keep
+    (``[rows]`` parameters, off at 0, ``>= V`` or 0, and 1), renormalised.
+
+    Each filter keeps the tokens at or above a value (ties at a pivot kept whole): min-p
+    ``p >= min_p * max p``; top-k the ``k``-th largest kept value; top-p the smallest kept value whose
+    kept mass above it, a float32 exclusive cumulative sum over the sorted kept row, is below
+    ``top_p`` times the kept mass.
+    """
+    vocab_size = probs.shape[1]
+    keep = probs >= min_p[:, None] * probs.max(dim=1, keepdim=True).values
+    ordered = torch.sort(torch.where(keep, probs, -1.0), dim=1, descending=True).values
+    k = top_k.to(torch.int64)
+    kth = ordered.gather(1, (k.clamp(1, vocab_size) - 1)[:, None])
+    keep &= ~((k > 0) & (k < vocab_size))[:, None] | (probs >= kth)
+    kept = torch.sort(torch.where(keep, probs, 0.0), dim=1, descending=True).values
+    total = kept.sum(dim=1, keepdim=True)
+    above = torch.cumsum(kept, dim=1) - kept  # the mass sorted before each entry
+    inside = (above < top_p[:, None] * total) & (kept > 0)
+    last = inside.sum(dim=1, keepdim=True).clamp(min=1) - 1
+    cut = kept.gather(1, last)
+    keep &= ~(top_p < 1.0)[:, None] | (probs >= cut)
+    filtered = torch.where(keep, probs, 0.0)
+    return filtered / filtered.sum(dim=1, keepdim=True)
+
+
+def _row_parameters(batch: SpecBatch, request_of_row: torch.Tensor) -> tuple[torch.Tensor, ...] | None:
+    """Each row's ``(top_k, top_p, min_p)``, or ``None`` where the batch has no sampling parameter."""
+    if not batch.filtered:
+        return None
+    rows = request_of_row.shape[0]
+    ones = torch.ones(rows, device=request_of_row.device)
+    top_k = torch.zeros(rows, dtype=torch.int64, device=ones.device) if batch.top_k is None else batch.top_k
+    top_p = ones if batch.top_p is None else batch.top_p
+    min_p = ones * 0.0 if batch.min_p is None else batch.min_p
+    return tuple(p if p.shape[0] == rows else p[request_of_row] for p in (top_k, top_p, min_p))
+
+
 TORCH_METHODS = ("strict", "probabilistic", "synthetic")
 
 
@@ -76,7 +121,7 @@ class TorchRejectionSampler:
 
     name = "torch"
     streams = None
-    capabilities = Capabilities(methods=TORCH_METHODS, arithmetic="fp32-probs")
+    capabilities = Capabilities(methods=TORCH_METHODS, arithmetic="fp32-probs", filters=FILTER_FLAGS)
 
     def __call__(self, batch: SpecBatch) -> SpecOutput:
         """Sample ``batch`` on its device."""
@@ -141,6 +186,9 @@ def select_request_range(batch: SpecBatch, counts: list[int], lo: int, hi: int) 
         step=batch.step[lo:hi],
         draft_slot=None if batch.draft_slot is None else batch.draft_slot[lo:hi],
         max_num_drafts=max(counts[lo:hi]),
+        top_k=None if batch.top_k is None else batch.top_k[lo:hi],
+        top_p=None if batch.top_p is None else batch.top_p[lo:hi],
+        min_p=None if batch.min_p is None else batch.min_p[lo:hi],
     )
 
 
@@ -206,6 +254,9 @@ def _sample(batch: SpecBatch, counts: list[int]) -> SpecOutput:
     # Greedy rows sample onehot(argmax); their logprobs (and draft laws) use T = 1.
     temperature = torch.where(greedy, 1.0, temperature)
     target = row_probs(batch.target_logits, temperature)
+    params = _row_parameters(batch, request_of_row)
+    if params is not None:  # greedy rows are unaffected by the filters
+        target = torch.where(greedy[:, None], target, filter_probs(target, *params))
     sample_target = torch.where(greedy[:, None], F.one_hot(argmax, vocab_size).float(), target)
 
     is_draft_row = position_of_row < counts_t[request_of_row]
@@ -227,6 +278,8 @@ def _sample(batch: SpecBatch, counts: list[int]) -> SpecOutput:
         accept = real & (strict_sample == row_ids)
     else:
         draft = _draft_probs(batch, request_of_row, position_of_row, temperature, safe_ids)
+        if params is not None and batch.draft_filter and batch.draft_logits is not None:
+            draft = torch.where(greedy[:, None], draft, filter_probs(draft, *params))
         p_draft, q_draft = (law.gather(1, safe_ids[:, None]).squeeze(1) for law in (sample_target, draft))
         accept = real & (p_draft > row_accept_u * q_draft)
 

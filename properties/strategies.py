@@ -32,6 +32,7 @@ from specsample.reference.contract import (
     SpecBatch,
     make_batch,
 )
+from specsample.reference.filters import FILTERS, FilterParams, filter_logits
 from specsample.reference.law import row_probs
 from specsample.reference.methods import METHODS as METHOD_TABLE
 from specsample.reference.synthetic import conditional_rates, synthetic_params
@@ -62,6 +63,8 @@ DEGENERATE_ROWS = ("one-hot", "beyond range", "equal")
 # The finite logits of "beyond range" rows: a gap no float32 exponential spans, finite in float32
 # and bfloat16 (float16 reads them as -inf).
 BEYOND_RANGE = (-1e30, -3e38)
+# Sampling-parameter mixes a filtering request draws (`filter_settings`).
+FILTER_MIXES = ("off", "mild", "extreme", "near pivot")
 # Temperatures: greedy, tiny (logits / T overflow float32), cold, 1, hot, huge (nearly uniform).
 TEMPERATURES = (0.0, 1e-30, 1e-3, 0.5, 1.0, 2.0, 50.0, 1e4)
 
@@ -308,6 +311,58 @@ def degenerate_rows(
     return target, draft, ids
 
 
+@st.composite
+def filter_settings(draw: st.DrawFn, mix: str, vocab_size: int, taken: Sequence[str]) -> dict[str, Any]:
+    """One request's sampling parameters of a mix, only those in ``taken`` (the others off).
+
+    Mixes: ``off``; ``mild`` (what serving defaults look like: top-k 20 to 100, top-p 0.8 to 0.99,
+    min-p 0.01 to 0.1); ``extreme`` (top-k 1 or 2, top-p near 0 or near 1, min-p near 1); ``near
+    pivot`` (top-k of 2 to 8 and top-p 0.25 to 0.75 over a flat row: many tokens of similar mass at the
+    cut-off, where a threshold found approximately or a boundary token dropped moves visible mass).
+
+    Exposes filters applied in the wrong order (SGLang #36173), a boundary token dropped (FlashInfer
+    #2202), an approximate threshold (vLLM's bisection cut after 18 halvings), parameters dropped
+    on the speculative path (TensorRT-LLM #17955) and filters on the bonus row only (vLLM #42744).
+    """
+    settings: dict[str, Any] = {"top_k": 0, "top_p": 1.0, "min_p": 0.0}
+    if mix == "mild":
+        settings = {
+            "top_k": draw(st.sampled_from([0, 20, 50, 100, vocab_size])),
+            "top_p": draw(st.sampled_from([1.0, 0.8, 0.9, 0.95, 0.99]) | st.floats(0.8125, 1.0, width=32)),
+            "min_p": draw(st.sampled_from([0.0, 0.01, 0.05, 0.1])),
+        }
+    elif mix == "extreme":
+        settings = {
+            "top_k": draw(st.sampled_from([0, 1, 2])),
+            "top_p": draw(st.sampled_from([1.0, 1e-6, 0.01, 0.999, 1.0 - 2.0**-20])),
+            "min_p": draw(st.sampled_from([0.0, 0.9, 0.99, 1.0 - 2.0**-20])),
+        }
+    elif mix == "near pivot":
+        settings = {
+            "top_k": draw(st.sampled_from([0, 2, 3, 5, 8])),
+            "top_p": draw(st.floats(0.25, 0.75, width=32)),
+            "min_p": draw(st.sampled_from([0.0, 0.5, 0.8])),
+        }
+    off = FilterParams.off(1)
+    defaults = {"top_k": int(off.top_k[0]), "top_p": float(off.top_p[0]), "min_p": float(off.min_p[0])}
+    return {name: settings[name] if name in taken else defaults[name] for name in FILTERS}
+
+
+def _filter_params(settings: dict[str, Any], rows: int) -> FilterParams:
+    return FilterParams(
+        np.full(rows, settings["top_k"], dtype=np.int64),
+        np.full(rows, float(np.float32(settings["top_p"]))),
+        np.full(rows, float(np.float32(settings["min_p"]))),
+    )
+
+
+def break_ties(rng: np.random.Generator, logits: F64Array) -> F64Array:
+    """``logits`` with every exact tie among finite values broken by a small jitter (for a sampler
+    whose filters break ties at a pivot by index, which the strategies never put there)."""
+    jitter = rng.permutation(logits.shape[-1]) * 1e-3 / max(logits.shape[-1], 1)
+    return np.where(np.isfinite(logits), logits + jitter, logits)
+
+
 def in_domain(logits: F64Array, capabilities: Capabilities) -> F64Array:
     """``logits`` moved inside a sampler's declared domain: NaN read as ``-inf`` where it takes no NaN;
     ``+inf`` made the row's largest finite value plus 20, and a row with no finite logit given one
@@ -387,6 +442,10 @@ def spec_batches(
     drafts_cap = max_drafts if max_drafts is not None else sizes.max_drafts
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     placeholder_rate = draw(st.sampled_from([0.0, 0.2])) if placeholders else 0.0
+    # Sampling parameters: in half the batches of a sampler that takes them; draft_filter in half of those.
+    taken = [name for name in FILTERS if name in caps.filters]
+    filtering = bool(taken) and draw(st.booleans())
+    draft_filter = filtering and kind != "one-hot" and "draft_filter" in caps.filters and draw(st.booleans())
     temperature_choices = temperatures() if greedy else temperatures().filter(lambda t: t > 0)
     requests, described = [], []
     for _ in range(num_requests):
@@ -394,12 +453,24 @@ def spec_batches(
         family = draw(st.sampled_from(list(families)))
         temperature = draw(temperature_choices)
         temperature = 0.0 if temperature < caps.greedy_below else temperature
+        mix = draw(st.sampled_from(FILTER_MIXES)) if filtering else "off"
+        settings = draw(filter_settings(mix, vocab_size, taken))
+        if mix == "near pivot" and draw(st.booleans()):
+            family = "flat"  # many tokens of similar mass at the cut-off
         target, draft = (
             in_domain(logits, caps)
             for logits in family_logits(rng, family, n, vocab_size, block_size, temperature)
         )
+        if mix != "off" and caps.pivot_ties == "index":
+            target, draft = break_ties(rng, target), break_ties(rng, draft)
+        # The law the drafts come from: the request's filters on the draft logits, applied by the
+        # sampler (draft_filter) or, half the time otherwise, by the engine before the call.
+        params = _filter_params(settings, n)
+        if mix != "off" and not draft_filter and draw(st.booleans()):
+            draft = filter_logits(draft, np.full(n, temperature), params)
+        drawn_from = filter_logits(draft, np.full(n, temperature), params) if draft_filter else draft
         choice = draw(st.sampled_from(DRAFT_CHOICES))
-        ids = choose_drafts(rng, choice, target, draft, temperature, placeholder_rate)
+        ids = choose_drafts(rng, choice, target, drawn_from, temperature, placeholder_rate)
         degenerate = "none"
         if kind != "one-hot" and draw(st.booleans()):
             degenerate = draw(st.sampled_from(DEGENERATE_ROWS))
@@ -407,7 +478,13 @@ def spec_batches(
         if not caps.out_of_range_ids:
             ids = np.where(ids >= vocab_size, -1, ids)
         described.append(
-            {"family": family, "temperature": temperature, "num_drafts": n, "degenerate rows": degenerate}
+            {
+                "family": family,
+                "temperature": temperature,
+                "num_drafts": n,
+                "degenerate rows": degenerate,
+                "filters": mix,
+            }
         )
         requests.append(
             RequestData(
@@ -417,6 +494,7 @@ def spec_batches(
                 temperature=temperature,
                 seed=draw(seeds()),
                 step=draw(steps()),
+                **settings,
             )
         )
     width = max(1, *(len(r.draft_token_ids) for r in requests))
@@ -440,6 +518,7 @@ def spec_batches(
                 "dtype": str(dtype).removeprefix("torch."),
                 "layout": kind,
                 "placeholders": placeholder_rate > 0,
+                "draft_filter": draft_filter,
                 "requests": described,
             }
         )
@@ -452,4 +531,5 @@ def spec_batches(
         num_slots=num_slots,
         slot_capacity=capacity,
         device=device,
+        draft_filter=draft_filter,
     )

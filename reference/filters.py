@@ -196,17 +196,76 @@ def near_pivot(logits: F64Array, temperature: F64Array, params: FilterParams, ba
     with np.errstate(divide="ignore"):
         threshold = np.log(np.where(min_p > 0, min_p, 1.0)) + log_probs.max(axis=-1, keepdims=True)
     by_min_p = min_p > 0
-    near[rows] |= by_min_p & (np.abs(log_probs - threshold) <= log_band)
+    with np.errstate(invalid="ignore"):
+        near[rows] |= by_min_p & (np.abs(log_probs - threshold) <= log_band)
     keep &= ~by_min_p | (probs >= min_p * probs.max(axis=-1, keepdims=True))
     k = params.top_k[rows]
     by_k = ((k > 0) & (k < vocab_size))[:, None]
     kth = _kth_largest(probs, keep, k)[:, None]
     with np.errstate(divide="ignore"):
         log_kth = np.log(np.maximum(kth, 0.0))
-    near[rows] |= by_k & (probs != kth) & (np.abs(log_probs - log_kth) <= log_band) & (probs > 0)
+    with np.errstate(invalid="ignore"):
+        near[rows] |= by_k & (probs != kth) & (np.abs(log_probs - log_kth) <= log_band) & (probs > 0)
     keep &= ~by_k | (probs >= kth)
     top_p = params.top_p[rows][:, None]
     mass_band = band.mass * np.sqrt(vocab_size)
     near[rows] |= (top_p < 1.0) & keep & (np.abs(_mass_above(probs, keep) - top_p) <= mass_band)
     near[rows] &= probs < probs.max(axis=-1, keepdims=True)  # every filter keeps the largest
     return near
+
+
+def pivot_slack(logits: F64Array, temperature: F64Array, params: FilterParams, band: PivotBand) -> F64Array:
+    """``[A]`` how far the log-normaliser of ``p'`` may move with the near pivots: ``log`` of the mass
+    of the kept set with every near pivot over its mass without them (0 where a row has none)."""
+    logits = np.atleast_2d(np.asarray(logits, dtype=np.float64))
+    temperature = np.broadcast_to(np.asarray(temperature, dtype=np.float64), logits.shape[:1])
+    kept = kept_tokens(logits, temperature, params)
+    near = near_pivot(logits, temperature, params, band)
+    if not near.any():
+        return np.zeros(logits.shape[0])
+    probs = _probs(logits, np.where(temperature > 0, temperature, 1.0))
+    upper = np.where(kept | near, probs, 0.0).sum(axis=-1)
+    lower = np.where(kept & ~near, probs, 0.0).sum(axis=-1)
+    with np.errstate(divide="ignore"):
+        return np.asarray(np.where(lower > 0, np.log(upper) - np.log(np.where(lower > 0, lower, 1.0)), 0.0))
+
+
+def explain_token(logits: F64Array, temperature: float, params: FilterParams, token: int) -> str:
+    """Why ``token`` lies outside the kept set of one row, in words: which filter drops it, how far
+    from that filter's cut-off (in float32 ulps of the compared quantity) and the mass it carries
+    under ``p_T``; empty when the token is kept (or out of range, or the row is greedy)."""
+    row = np.asarray(logits, dtype=np.float64)[None, :]
+    t = np.full(1, temperature)
+    if not 0 <= token < row.shape[1] or temperature <= 0 or kept_tokens(row, t, params)[0, token]:
+        return ""
+    probs = _probs(row, t)[0]
+    mass = f"p_T = {probs[token]:.3g}"
+    keep = np.ones(probs.shape, dtype=bool)
+    min_p = float(params.min_p[0])
+    if min_p > 0:
+        threshold = min_p * probs.max()
+        if probs[token] < threshold:
+            ulps = (threshold - probs[token]) / (np.spacing(np.float32(threshold)) or FP32_EPS)
+            return (
+                f"token {token} lies outside the kept set: min-p {min_p:.6g} drops it, {ulps:.3g} float32 "
+                f"ulps below the threshold {threshold:.9g} ({mass})"
+            )
+        keep &= probs >= threshold
+    k = int(params.top_k[0])
+    if 0 < k < probs.size:
+        kth = float(_kth_largest(probs[None], keep[None], np.array([k]))[0])
+        if probs[token] < kth:
+            ulps = (kth - probs[token]) / (np.spacing(np.float32(kth)) or FP32_EPS)
+            rank = int((probs[keep] > probs[token]).sum()) + 1
+            return (
+                f"token {token} lies outside the kept set: top-k {k} drops it (rank {rank}), "
+                f"{ulps:.3g} float32 ulps below the k-th value {kth:.9g} ({mass})"
+            )
+        keep &= probs >= kth
+    top_p = float(params.top_p[0])
+    above = float(_mass_above(probs[None], keep[None])[0, token])
+    ulps = (above - top_p) / np.spacing(np.float32(top_p))
+    return (
+        f"token {token} lies outside the kept set: top-p {top_p:.9g} drops it, the kept mass above it is "
+        f"{above:.9g} ({ulps:.3g} float32 ulps past top-p; {mass})"
+    )

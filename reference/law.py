@@ -256,9 +256,12 @@ class BatchRows:
         return np.where(at < self.counts[requests], self.ids[index], -1)
 
 
-def request_inputs(batch: SpecBatch) -> list[RequestInputs]:
-    """Split a batch into per-request float64 inputs, reading slotted drafts through ``draft_slot``."""
-    rows = BatchRows.of(batch)
+def request_inputs(
+    batch: SpecBatch, pivots: Pivots = "exact", band: PivotBand | None = None
+) -> list[RequestInputs]:
+    """Split a batch into per-request float64 inputs, reading slotted drafts through ``draft_slot``
+    (filtered rows with the kept sets ``pivots`` says, `BatchRows.filter`)."""
+    rows = BatchRows.of(batch, pivots, band)
     requests = []
     for b, n in enumerate(rows.counts.tolist()):
         request, positions = np.full(n, b), np.arange(n)
@@ -350,6 +353,9 @@ def request_law(method: str, inputs: RequestInputs, arithmetic: Arithmetic = "lo
     )
 
 
-def exact_law(batch: SpecBatch, arithmetic: Arithmetic = "log") -> list[RequestLaw]:
-    """The exact float64 law of every request's output for ``batch``, in a sampler's ``arithmetic``."""
-    return [request_law(batch.method, inputs, arithmetic) for inputs in request_inputs(batch)]
+def exact_law(
+    batch: SpecBatch, arithmetic: Arithmetic = "log", pivots: Pivots = "exact", band: PivotBand | None = None
+) -> list[RequestLaw]:
+    """The exact float64 law of every request's output for ``batch``, in a sampler's ``arithmetic``
+    (in a filtered batch, on the kept sets ``pivots`` says: `BatchRows.filter`)."""
+    return [request_law(batch.method, inputs, arithmetic) for inputs in request_inputs(batch, pivots, band)]

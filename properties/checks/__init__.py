@@ -123,7 +123,8 @@ def run_checks(
             verdicts += [failed_call(c.name, variant, error, time.perf_counter() - start) for c in sharing]
             wanted = [c for c in wanted if not c.shares_trials]
     options = dict(num_samples=num_samples, alpha=alpha, seed=seed, required_samples=required_samples)
-    checked = CheckedBatch(batch, capabilities(variant).arithmetic)
+    caps = capabilities(variant)
+    checked = CheckedBatch(batch, caps.arithmetic, caps.filter_ulps)
     for unit in wanted:
         verdict = unit.run(variant, checked, trials=shared if unit.shares_trials else None, **options)
         if shared is not None and unit is sharing[0]:

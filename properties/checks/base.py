@@ -34,7 +34,8 @@ from specsample.reference.contract import (
     capabilities,
     validate_output,
 )
-from specsample.reference.law import RequestInputs, RequestLaw, exact_law, request_inputs
+from specsample.reference.filters import pivot_band, pivot_slack
+from specsample.reference.law import BatchRows, Pivots, RequestInputs, RequestLaw, exact_law, request_inputs
 
 DEFAULT_NUM_SAMPLES = 2000
 DEFAULT_ALPHA = stats.DEFAULT_ALPHA
@@ -43,6 +44,7 @@ DEFAULT_ALPHA = stats.DEFAULT_ALPHA
 DEFAULT_MAX_ELEMENTS = 1 << 26
 
 I64Array = npt.NDArray[np.int64]
+F64Array = npt.NDArray[np.float64]
 Status = Literal["pass", "fail", "inconclusive"]
 Unit = Literal["total variation", "probability", "rate per sample"]
 
@@ -241,27 +243,57 @@ class CheckedBatch:
     `run_checks` makes one per batch and hands it to every check it runs, so the batch's exact law
     is computed once however many checks read it; a check run on its own makes its own. The law
     follows the sampler's ``arithmetic`` (`reference.contract.Capabilities`).
+
+    In a filtered batch the laws are taken on the kept sets *with* their near pivots (the tokens
+    within the sampler's declared ``filter_ulps`` of a pivot, `reference.filters.near_pivot`), so
+    that a token rounding may legitimately keep is never an impossible outcome; the mass this adds
+    is at most the near pivots' (``pivot_slack`` bounds its effect on a log-probability).
     """
 
-    def __init__(self, batch: SpecBatch, arithmetic: Arithmetic = "log") -> None:
+    def __init__(self, batch: SpecBatch, arithmetic: Arithmetic = "log", filter_ulps: float = 4.0) -> None:
         self.batch = batch
         self.arithmetic: Arithmetic = arithmetic
+        self.band = pivot_band(filter_ulps)
 
     @classmethod
-    def of(cls, batch: SpecBatch | CheckedBatch, arithmetic: Arithmetic = "log") -> CheckedBatch:
+    def of(
+        cls, batch: SpecBatch | CheckedBatch, arithmetic: Arithmetic = "log", filter_ulps: float = 4.0
+    ) -> CheckedBatch:
         """``batch`` itself if it is a `CheckedBatch` (which brings its own arithmetic), else a new
         one of ``batch`` in ``arithmetic``."""
-        return batch if isinstance(batch, CheckedBatch) else cls(batch, arithmetic)
+        return batch if isinstance(batch, CheckedBatch) else cls(batch, arithmetic, filter_ulps)
+
+    @property
+    def pivots(self) -> Pivots:
+        """The kept sets the laws use: with their near pivots where the batch filters."""
+        return "upper" if self.batch.filtered else "exact"
 
     @functools.cached_property
     def inputs(self) -> list[RequestInputs]:
         """Each request's float64 inputs (`reference.law.request_inputs`)."""
-        return request_inputs(self.batch)
+        return request_inputs(self.batch, self.pivots, self.band)
 
     @functools.cached_property
     def laws(self) -> list[RequestLaw]:
         """Each request's exact law in the sampler's arithmetic (`reference.law.exact_law`)."""
-        return exact_law(self.batch, self.arithmetic)
+        return exact_law(self.batch, self.arithmetic, self.pivots, self.band)
+
+    @functools.cached_property
+    def pivot_slack(self) -> list[F64Array]:
+        """Per request, ``[n + 1]`` how far each target row's log-normaliser may move with its near
+        pivots (`reference.filters.pivot_slack`; zeros in an unfiltered batch)."""
+        counts = draft_counts(self.batch)
+        if not self.batch.filtered:
+            return [np.zeros(n + 1) for n in counts]
+        rows = BatchRows.of(self.batch)
+        assert rows.filters is not None
+        slack = []
+        for b, n in enumerate(counts):
+            request = np.full(n + 1, b)
+            logits = rows.raw_target_rows(request, np.arange(n + 1))
+            params = rows.filters.take(request)
+            slack.append(pivot_slack(logits, rows.temperature[request], params, self.band))
+        return slack
 
 
 class Check:
@@ -305,8 +337,9 @@ class Check:
         it; a clean verdict below the power of ``required_samples`` trials is inconclusive.
         """
         start = time.perf_counter()
-        arithmetic = capabilities(variant).arithmetic
-        checked = CheckedBatch.of(batch, arithmetic)
+        caps = capabilities(variant)
+        arithmetic = caps.arithmetic
+        checked = CheckedBatch.of(batch, arithmetic, caps.filter_ulps)
         if checked.arithmetic != arithmetic:
             raise ValueError(
                 f"batch holds its exact law in arithmetic {checked.arithmetic!r}; "
@@ -664,7 +697,22 @@ def describe_request(batch: SpecBatch | CheckedBatch, request: int) -> str:
         parts.append(f"synthetic rates {[round(r, 6) for r in rates]}")
     if checked.arithmetic != "log":
         parts.append(f"the law in {checked.arithmetic} arithmetic")
+    parts += _filters_in_words(spec, request)
     return ", ".join(parts)
+
+
+def _filters_in_words(batch: SpecBatch, request: int) -> list[str]:
+    """Request ``request``'s sampling parameters in words (only those that filter)."""
+    words = []
+    if batch.top_k is not None and 0 < int(batch.top_k[request]) < batch.vocab_size:
+        words.append(f"top-k {int(batch.top_k[request])}")
+    if batch.top_p is not None and float(batch.top_p[request]) < 1.0:
+        words.append(f"top-p {float(batch.top_p[request]):.9g}")
+    if batch.min_p is not None and float(batch.min_p[request]) > 0.0:
+        words.append(f"min-p {float(batch.min_p[request]):.9g}")
+    if words and batch.draft_filter:
+        words.append("filters applied to the draft logits too (draft_filter)")
+    return words
 
 
 def outcome_label(members: Sequence[int], probability: float, context: str = "") -> str:

@@ -28,7 +28,8 @@ from specsample.properties.checks.base import (
     exact_verdict,
 )
 from specsample.properties.checks.invariants import logprob_ok
-from specsample.reference.contract import SpecBatch, SpecOutput, Variant
+from specsample.reference.contract import SpecBatch, SpecOutput, Variant, capabilities
+from specsample.reference.filters import PivotBand, explain_token, pivot_band, pivot_slack
 from specsample.reference.near_ties import log_law
 from specsample.reference.sampler import reference_sample
 from specsample.reference.schemes import CANONICAL, RandomScheme
@@ -64,9 +65,14 @@ class Agreement:
     first_difference: str | None = None
 
 
-def agreement(batch: SpecBatch, output: SpecOutput, scheme: RandomScheme = CANONICAL) -> Agreement:
-    """Compare ``output`` with the walk of ``batch`` on ``scheme``, request by request."""
-    walked = walk(batch, scheme)
+def agreement(
+    batch: SpecBatch, output: SpecOutput, scheme: RandomScheme = CANONICAL, filter_ulps: float = 4.0
+) -> Agreement:
+    """Compare ``output`` with the walk of ``batch`` on ``scheme``, request by request; in a filtered
+    batch a difference that starts where the walk's decision depends on a near pivot (within the
+    sampler's ``filter_ulps``, `reference.walk.pivot_sensitive`) is a near tie."""
+    band = pivot_band(filter_ulps)
+    walked = walk(batch, scheme, band=band)
     width = walked.near.shape[1]
     mine = output.token_ids.detach().cpu().numpy()[:, :width]
     mine_emitted = output.num_emitted.detach().cpu().numpy().astype(np.int64)
@@ -92,14 +98,32 @@ def agreement(batch: SpecBatch, output: SpecOutput, scheme: RandomScheme = CANON
             result.first = (int(r), first)
             result.first_difference = _difference(
                 mine[r], int(mine_emitted[r]), ref[r], int(ref_emitted[r]), first
-            )
+            ) + _outside_kept(batch, int(r), first, mine[r], int(mine_emitted[r]), band)
     if unexcused:
         _confirm_with_reference(batch, unexcused, walked, scheme)
     if output.logprobs is not None:
         agree = np.ones(batch.num_requests, dtype=bool)
         agree[mismatched] = False
-        result.unexplained += _logprob_problems(batch, walked, output.logprobs.detach().cpu().numpy(), agree)
+        logprobs = output.logprobs.detach().cpu().numpy()
+        result.unexplained += _logprob_problems(batch, walked, logprobs, agree, band)
     return result
+
+
+def _outside_kept(
+    batch: SpecBatch, request: int, position: int, mine: np.ndarray, emitted: int, band: PivotBand
+) -> str:
+    """In a filtered batch, where the sampler's token at ``position`` lies outside the kept set of
+    its row: which filter drops it, how far from the cut-off and with how much mass (empty otherwise)."""
+    if not batch.filtered or position >= emitted or position >= mine.shape[0]:
+        return ""
+    rows = BatchRows.of(batch)
+    assert rows.filters is not None
+    at = np.array([request])
+    logits = rows.raw_target_rows(at, position)
+    note = explain_token(
+        logits[0], float(rows.temperature[request]), rows.filters.take(at), int(mine[position])
+    )
+    return f"; {note}" if note else ""
 
 
 def _difference(mine: np.ndarray, mine_emitted: int, ref: np.ndarray, ref_emitted: int, position: int) -> str:
@@ -131,8 +155,11 @@ def _confirm_with_reference(
             )
 
 
-def _logprob_problems(batch: SpecBatch, walked: WalkResult, mine: np.ndarray, agree: np.ndarray) -> list[str]:
-    """Logprobs of the samples that agree with the walk, against the float64 log-probabilities."""
+def _logprob_problems(
+    batch: SpecBatch, walked: WalkResult, mine: np.ndarray, agree: np.ndarray, band: PivotBand
+) -> list[str]:
+    """Logprobs of the samples that agree with the walk, against the float64 log-probabilities (in a
+    filtered batch within the slack its near pivots leave the log-normaliser)."""
     rows = BatchRows.of(batch)
     tokens = walked.output.token_ids.numpy()
     emitted = walked.output.num_emitted.numpy()
@@ -144,7 +171,10 @@ def _logprob_problems(batch: SpecBatch, walked: WalkResult, mine: np.ndarray, ag
             continue
         law = log_law(rows.target_rows(r, k), temperature[r])
         token, index = tokens[r, k], np.arange(r.size)
-        ok = logprob_ok(mine[r, k], law.log_probs[index, token], law.tolerance[index, token])
+        slack = 0.0
+        if rows.filters is not None:
+            slack = pivot_slack(rows.raw_target_rows(r, k), rows.temperature[r], rows.filters.take(r), band)
+        ok = logprob_ok(mine[r, k], law.log_probs[index, token], law.tolerance[index, token] + slack)
         for j in np.nonzero(~ok)[0]:
             got, expected = mine[r[j], k], law.log_probs[j, token[j]]
             problems.append(f"sample {r[j]} position {k}: logprob {got:.6g}, expected {expected:.6g}")
@@ -190,7 +220,7 @@ class Coupled(Check):
         )
         scheme = variant.streams
         assert scheme is not None
-        found = agreement(compared, output, scheme)
+        found = agreement(compared, output, scheme, capabilities(variant).filter_ulps)
         total = compared.num_requests
         bound = max(MIN_EXCUSED, int(self.max_excused_fraction * total))
         summary = (

@@ -61,8 +61,12 @@ def broken_invariants(
     tokens: I64Array,
     emitted: I64Array,
     logprobs: npt.NDArray[np.float32] | None,
+    slack: npt.NDArray[np.float64] | None = None,
 ) -> dict[str, BoolArray]:
-    """Each invariant, in the order they are reported, and ``[N]`` which samples of one request break it."""
+    """Each invariant, in the order they are reported, and ``[N]`` which samples of one request break it.
+
+    ``slack`` (``[n + 1]``, filtered batches) widens each row's logprob tolerance by how far its
+    near pivots may move the log-normaliser (`reference.filters.pivot_slack`)."""
     n, width, ids = inputs.num_drafts, tokens.shape[1], inputs.draft_token_ids
     argmax = greedy_token(inputs.target_logits).reshape(n + 1)
     mismatch = np.nonzero(ids != argmax[:n])[0]
@@ -103,7 +107,8 @@ def broken_invariants(
         token = np.clip(tokens, 0, vocab_size - 1)
         # The log-domain target laws the logprobs follow (T = 1 for greedy rows).
         laws = log_law(inputs.target_logits, np.full(n + 1, 1.0 if inputs.greedy else inputs.temperature))
-        ok = logprob_ok(lp, laws.log_probs[k, token], laws.tolerance[k, token])
+        tolerance = laws.tolerance[k, token] + (0.0 if slack is None else slack[k])
+        ok = logprob_ok(lp, laws.log_probs[k, token], tolerance)
         broken["a logprob off the target log-probability"] = (inside & ~ok).any(axis=1)
     return broken
 
@@ -144,7 +149,8 @@ def find_violations(
         rows = slice(b * num_trials, (b + 1) * num_trials)
         tokens, emitted = tokens_all[rows], emitted_all[rows]
         lp = None if logprobs is None else logprobs[rows]
-        broken = broken_invariants(method, checked.batch.vocab_size, inputs, law, tokens, emitted, lp)
+        slack = checked.pivot_slack[b]
+        broken = broken_invariants(method, checked.batch.vocab_size, inputs, law, tokens, emitted, lp, slack)
         bad = np.logical_or.reduce(list(broken.values()))
         count += int(bad.sum())
         for t in np.nonzero(bad)[0][: max(0, limit - len(descriptions))]:
