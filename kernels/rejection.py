@@ -57,9 +57,11 @@ import torch
 
 from specsample.kernels import launch, rows_kernels
 from specsample.kernels import rejection_kernels as jit
+from specsample.kernels.filters import apply_thresholds, filter_thresholds
 from specsample.kernels.records import GEOMETRY, SPLIT, WORKSPACE
 from specsample.kernels.rules import NOISE_GROUP
 from specsample.reference.contract import Capabilities, SpecBatch, SpecOutput, validate_batch
+from specsample.reference.filters import FILTER_FLAGS, FILTERS
 from specsample.reference.methods import METHODS
 from specsample.reference.schemes import CANONICAL
 
@@ -614,12 +616,7 @@ def rejection_sample(
         raise ValueError(
             f"method is {batch.method!r}; the kernels have a branch for {', '.join(KERNEL_METHODS)} only"
         )
-    unsupported = [name for name in ("top_k", "top_p", "min_p") if getattr(batch, name) is not None]
-    if unsupported or batch.draft_filter:
-        # Never dropped silently: a sampling parameter the kernels do not apply is an error.
-        raise ValueError(
-            f"{(unsupported or ['draft_filter'])[0]} is given; these kernels do not apply sampling parameters"
-        )
+    batch = filter_batch(batch)
     if batch.max_num_drafts is None:
         # The one read of cu_num_drafts, checked whatever check_values says: it sizes the output.
         batch = dataclasses.replace(batch, max_num_drafts=batch.resolved_max_num_drafts())
@@ -640,20 +637,82 @@ def rejection_sample(
     return output
 
 
+def filter_batch(batch: SpecBatch) -> SpecBatch:
+    """``batch`` with its sampling parameters applied: target rows (and, with ``draft_filter``, draft
+    rows) masked to ``-inf`` below each row's threshold (`kernels.filters.filter_thresholds`), the
+    parameters then dropped; ``batch`` itself when it has none. No host synchronisation: rows are
+    mapped to their requests on the device, from shapes known on the host."""
+    if not batch.filtered:
+        return dataclasses.replace(batch, draft_filter=False) if batch.draft_filter else batch
+    device, num_requests = batch.device, batch.num_requests
+    counts = (batch.cu_num_drafts[1:] - batch.cu_num_drafts[:-1]).to(torch.int64)
+    requests = torch.arange(num_requests, device=device)
+
+    def masked(
+        logits: torch.Tensor, owner: torch.Tensor, sampled: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        temperature = batch.temperature[owner]
+        if sampled is not None:  # rows no request reads: greedy, so left as they are
+            temperature = torch.where(sampled, temperature, 0.0)
+        params = {
+            name: None if getattr(batch, name) is None else getattr(batch, name)[owner] for name in FILTERS
+        }
+        thresholds = filter_thresholds(logits, temperature, **params, check_values=False)
+        return apply_thresholds(logits, thresholds)
+
+    rows = batch.target_logits.shape[0]
+    owner = torch.repeat_interleave(requests, counts + 1, output_size=rows)
+    target = masked(batch.target_logits, owner)
+    draft = batch.draft_logits
+    if batch.draft_filter and draft is not None:
+        if draft.dim() == 2:
+            owner = torch.repeat_interleave(requests, counts, output_size=draft.shape[0])
+            draft = masked(draft, owner) if draft.shape[0] else draft
+        else:
+            assert batch.draft_slot is not None
+            num_slots, capacity, vocab_size = draft.shape
+            slot_owner = torch.full((num_slots,), -1, dtype=torch.int64, device=device)
+            slot_owner[batch.draft_slot.to(torch.int64)] = requests
+            row_owner = slot_owner.repeat_interleave(capacity)
+            flat = masked(draft.reshape(-1, vocab_size), row_owner.clamp(min=0), row_owner >= 0)
+            draft = flat.reshape(num_slots, capacity, vocab_size)
+    return dataclasses.replace(
+        batch,
+        target_logits=target,
+        draft_logits=draft,
+        top_k=None,
+        top_p=None,
+        min_p=None,
+        draft_filter=False,
+    )
+
+
+# Under the Triton interpreter a filtered row costs 0.2 to 0.5 s (dozens of passes, one program a row):
+# the CPU's harness runs leave the filters out unless asked (`TritonRejectionSampler`).
+CPU_FILTERS_ENV = "SPECSAMPLE_CPU_FILTERS"
+
+
 class TritonRejectionSampler:
-    """The production sampler as a `Variant`: every method, canonical random streams.
+    """The production sampler as a `Variant`: every method and sampling parameter, canonical streams.
 
     Args:
         check_values: passed to `rejection_sample` (default: on for CPU tensors or when the
             ``SPECSAMPLE_CHECK_VALUES`` environment variable asks).
+        filters: the sampling parameters its capabilities declare (default: every one where a CUDA
+            GPU runs the kernels; none on a machine without one, where the interpreter takes 0.2 to
+            0.5 s per filtered row, unless ``SPECSAMPLE_CPU_FILTERS=1``). The kernels apply them
+            whatever is declared; the declaration says what the harness sends.
     """
 
     name = "triton"
     streams = CANONICAL
-    capabilities = Capabilities(methods=KERNEL_METHODS)
 
-    def __init__(self, check_values: bool | None = None) -> None:
+    def __init__(self, check_values: bool | None = None, filters: tuple[str, ...] | None = None) -> None:
         self.check_values = check_values
+        if filters is None:
+            on_gpu = torch.cuda.is_available() or os.environ.get(CPU_FILTERS_ENV, "0") != "0"
+            filters = FILTER_FLAGS if on_gpu else ()
+        self.capabilities = Capabilities(methods=KERNEL_METHODS, filters=filters)
 
     def __call__(self, batch: SpecBatch) -> SpecOutput:
         """Sample ``batch`` on its device."""

@@ -1,0 +1,502 @@
+"""The filters kernel (`kernels.filters`) against the float64 specification (`reference.filters`): each
+row's threshold keeps exactly the specification's kept set, except near pivots.
+
+Allowed differences, and only these: near pivots (`reference.filters.near_pivot` with the kernel's
+declared band, ``pivot_band(4.0)``), and tokens whose float64 probability is subnormal or zero, where
+float64 itself ties distinct logits (their membership moves no mass). Rows with ``+inf`` logits are
+compared by their processed law, which a threshold of ``-inf`` leaves unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+import torch
+from hypothesis import event, given
+from hypothesis import strategies as st
+
+from specsample.kernels.filters import (
+    HALVINGS,
+    apply_thresholds,
+    default_block_v,
+    filter_threshold_kernel,
+    filter_thresholds,
+)
+from specsample.reference.filters import FilterParams, kept_tokens, near_pivot, pivot_band, processed_probs
+from specsample.reference.law import row_probs
+
+DEVICE = "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu"
+BAND = pivot_band(4.0)
+# float64's smallest normal: a probability below it is subnormal or zero, and float64 ties distinct logits.
+NEGLIGIBLE = 2.0**-1022
+INF, NAN = np.inf, np.nan
+
+
+@dataclass(frozen=True)
+class Rows:
+    """Logits and per-row parameters; ``None`` leaves a filter off for every row (the kernel's ``HAS_*``)."""
+
+    logits: torch.Tensor
+    temperature: npt.NDArray[np.float32]
+    top_k: npt.NDArray[np.int64] | None = None
+    top_p: npt.NDArray[np.float32] | None = None
+    min_p: npt.NDArray[np.float32] | None = None
+    top_k_dtype: torch.dtype = torch.int64
+
+    def tensors(self) -> tuple[torch.Tensor | None, ...]:
+        """``(temperature, top_k, top_p, min_p)`` on the device, ``top_k`` as ``top_k_dtype``."""
+        top_k = None if self.top_k is None else torch.as_tensor(self.top_k).to(self.top_k_dtype)
+        return tuple(
+            None if a is None else torch.as_tensor(a).to(DEVICE)
+            for a in (self.temperature, top_k, self.top_p, self.min_p)
+        )
+
+    def params(self) -> FilterParams:
+        """The specification's parameters, read from the values the kernel reads."""
+        rows = self.logits.shape[0]
+        off = FilterParams.off(rows)
+        return FilterParams(
+            off.top_k if self.top_k is None else self.top_k.astype(np.int64),
+            off.top_p if self.top_p is None else self.top_p.astype(np.float64),
+            off.min_p if self.min_p is None else self.min_p.astype(np.float64),
+        )
+
+    def float64(self) -> npt.NDArray[np.float64]:
+        """The logits upcast after their own rounding (fp16 and bf16 are exact in float64)."""
+        return self.logits.detach().float().cpu().numpy().astype(np.float64)
+
+
+def _rows(
+    logits: npt.ArrayLike,
+    temperature: npt.ArrayLike,
+    dtype: torch.dtype = torch.float32,
+    *,
+    top_k: npt.ArrayLike | None = None,
+    top_p: npt.ArrayLike | None = None,
+    min_p: npt.ArrayLike | None = None,
+) -> Rows:
+    """Rows of ``logits`` in ``dtype``, each parameter one value or one per row (``None``: off)."""
+    z = torch.as_tensor(np.atleast_2d(np.asarray(logits, dtype=np.float64))).to(dtype).to(DEVICE)
+    shape = z.shape[:1]
+    return Rows(
+        z,
+        np.broadcast_to(np.asarray(temperature, dtype=np.float32), shape).copy(),
+        None if top_k is None else np.broadcast_to(np.asarray(top_k, dtype=np.int64), shape).copy(),
+        None if top_p is None else np.broadcast_to(np.asarray(top_p, dtype=np.float32), shape).copy(),
+        None if min_p is None else np.broadcast_to(np.asarray(min_p, dtype=np.float32), shape).copy(),
+    )
+
+
+def _thresholds(rows: Rows, block_v: int | None = None) -> npt.NDArray[np.float32]:
+    temperature, top_k, top_p, min_p = rows.tensors()
+    assert temperature is not None
+    t = filter_thresholds(rows.logits, temperature, top_k, top_p, min_p, block_v=block_v)
+    assert t.shape == (rows.logits.shape[0],) and t.dtype == torch.float32 and t.device == rows.logits.device
+    return t.cpu().numpy()
+
+
+def _cut_short(rows: Rows, halvings: int, block_v: int = 64) -> npt.NDArray[np.float32]:
+    """The kernel launched directly, its bisections stopped after ``halvings`` halvings."""
+    temperature, top_k, top_p, min_p = rows.tensors()
+    assert temperature is not None
+    out = torch.empty(rows.logits.shape[0], dtype=torch.float32, device=DEVICE)
+    with np.errstate(all="ignore"):  # as `filter_thresholds` launches it on the CPU
+        filter_threshold_kernel[(rows.logits.shape[0],)](
+            rows.logits, temperature, top_k if top_k is not None else temperature,
+            top_p if top_p is not None else temperature, min_p if min_p is not None else temperature, out,
+            rows.logits.stride(0), rows.logits.shape[1], HAS_TOP_K=top_k is not None,
+            HAS_TOP_P=top_p is not None, HAS_MIN_P=min_p is not None, HALVINGS=halvings, BLOCK_V=block_v,
+        )  # fmt: skip
+    return out.cpu().numpy()
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The kernel's kept sets against the specification's, ``[R, V]`` each."""
+
+    kernel: npt.NDArray[np.bool_]
+    reference: npt.NDArray[np.bool_]
+    near: npt.NDArray[np.bool_]
+    negligible: npt.NDArray[np.bool_]
+    infinite_rows: npt.NDArray[np.bool_]
+
+    @property
+    def unexplained(self) -> list[tuple[int, int]]:
+        """``(row, token)`` of every difference that is neither a near pivot nor a negligible token."""
+        differ = (
+            (self.kernel != self.reference) & ~self.near & ~self.negligible & ~self.infinite_rows[:, None]
+        )
+        return [(int(r), int(x)) for r, x in zip(*np.nonzero(differ), strict=True)]
+
+    @property
+    def near_differences(self) -> int:
+        """How many near pivots the kernel decides otherwise (rows with ``+inf`` logits aside)."""
+        return int(((self.kernel != self.reference) & self.near & ~self.infinite_rows[:, None]).sum())
+
+    @property
+    def negligible_differences(self) -> int:
+        """How many negligible tokens (no near pivot) the kernel decides otherwise (``+inf`` rows aside)."""
+        differ = (self.kernel != self.reference) & self.negligible & ~self.near
+        return int((differ & ~self.infinite_rows[:, None]).sum())
+
+
+def _compare(rows: Rows, thresholds: npt.NDArray[np.float32]) -> Comparison:
+    z = rows.float64()
+    t64 = rows.temperature.astype(np.float64)
+    params = rows.params()
+    clean = np.where(np.isnan(z), -INF, z)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        near = near_pivot(z, t64, params, BAND)
+        probs = row_probs(z, np.where(t64 > 0, t64, 1.0))
+    sampled = (t64 > 0)[:, None]
+    return Comparison(
+        kernel=clean >= thresholds.astype(np.float64)[:, None],
+        reference=kept_tokens(z, t64, params),
+        near=near,
+        negligible=sampled & (probs < NEGLIGIBLE),
+        infinite_rows=np.asarray(np.isposinf(clean).any(axis=1)),
+    )
+
+
+def _check(rows: Rows, thresholds: npt.NDArray[np.float32]) -> Comparison:
+    """Every property of the thresholds of ``rows``; returns the comparison for further checks."""
+    z = rows.float64()
+    clean = np.where(np.isnan(z), -INF, z)
+    comparison = _compare(rows, thresholds)
+    assert comparison.unexplained == []
+    for r, t in enumerate(thresholds):
+        # The largest token is always kept; t is -inf or a logit of the row, -inf where all are kept.
+        assert clean[r].max() >= t
+        assert t == -INF or t in clean[r]
+        assert t == -INF or not comparison.kernel[r].all()
+        if rows.temperature[r] <= 0 or np.isposinf(clean[r]).any() or np.isneginf(clean[r].max()):
+            assert t == -INF
+    # Rows with +inf logits: the processed law of the kernel's kept set is the specification's.
+    infinite = np.nonzero(comparison.infinite_rows)[0]
+    if infinite.size:
+        t64 = rows.temperature.astype(np.float64)[infinite]
+        masked = np.where(comparison.kernel[infinite], z[infinite], -INF)
+        with np.errstate(invalid="ignore"):
+            expected = processed_probs(z[infinite], t64, rows.params().take(infinite))
+            actual = row_probs(masked, t64)
+        np.testing.assert_array_equal(actual, expected)
+    return comparison
+
+
+# ---------------------------------------------------------------------------------------------
+# Generated rows
+
+TEMPERATURES = (0.0, 1e-3, 0.05, 0.3, 1.0, 1.7, 50.0, 1e6)
+TOP_PS = (1.0, 1.0 - 2.0**-24, 0.999, 0.9, 0.5, 0.1, 1e-6)
+MIN_PS = (0.0, 1e-30, 1e-6, 0.05, 0.5, 0.9, 0.999)
+VOCAB_SIZES = (1, 2, 3, 7, 16, 17, 100, 255, 1000, 1025, 2000)
+
+
+def _row_logits(
+    rng: np.random.Generator, kind: str, vocab_size: int, scale: float
+) -> npt.NDArray[np.float64]:
+    """One row of logits: ``normal``, ``rounded`` (exact ties everywhere, so at the pivots),
+    ``plateau`` (a few levels), ``holes`` (-inf and NaN entries), ``empty`` (no finite logit),
+    ``infinite`` (+inf entries)."""
+    z: npt.NDArray[np.float64] = rng.normal(size=vocab_size) * scale
+    if kind == "rounded":
+        z = np.round(z * 2) / 2
+    elif kind == "plateau":
+        z = rng.integers(0, 3, vocab_size).astype(np.float64) * scale
+    elif kind == "holes":
+        z[rng.random(vocab_size) < 0.3] = -INF
+        z[rng.random(vocab_size) < 0.1] = NAN
+    elif kind == "empty":
+        z = np.where(rng.random(vocab_size) < 0.5, -INF, NAN)
+    elif kind == "infinite":
+        z[rng.integers(0, vocab_size, 1 + vocab_size // 50)] = INF
+    return z
+
+
+@st.composite
+def filtered_rows(draw: st.DrawFn) -> tuple[Rows, int | None]:
+    """A few rows over one vocabulary with a mix of filters, and a tile width (``None``: the default)."""
+    vocab_size = draw(st.one_of(st.sampled_from(VOCAB_SIZES), st.integers(1, 2000)))
+    num_rows = draw(st.integers(1, 3))
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    kinds = draw(
+        st.lists(
+            st.sampled_from(("normal", "normal", "rounded", "plateau", "holes", "empty", "infinite")),
+            min_size=num_rows,
+            max_size=num_rows,
+        )
+    )
+    scales = draw(st.lists(st.sampled_from((0.1, 1.0, 4.0, 30.0)), min_size=num_rows, max_size=num_rows))
+    logits = np.stack([_row_logits(rng, k, vocab_size, s) for k, s in zip(kinds, scales, strict=True)])
+    dtype = draw(st.sampled_from((torch.float32, torch.float16, torch.bfloat16)))
+
+    def per_row(values: st.SearchStrategy[float]) -> list[float]:
+        return draw(st.lists(values, min_size=num_rows, max_size=num_rows))
+
+    temperature = per_row(st.one_of(st.sampled_from(TEMPERATURES), st.floats(1e-3, 10.0)))
+    top_k = top_p = min_p = None
+    if draw(st.booleans()):
+        top_k = per_row(st.one_of(st.sampled_from((0, 1, 2, 3)), st.integers(0, vocab_size + 2)))
+    if draw(st.booleans()):
+        top_p = per_row(st.one_of(st.sampled_from(TOP_PS), st.floats(1e-6, 1.0)))
+    if draw(st.booleans()):
+        min_p = per_row(st.one_of(st.sampled_from(MIN_PS), st.floats(0.0, 0.999)))
+    rows = _rows(logits, temperature, dtype, top_k=top_k, top_p=top_p, min_p=min_p)
+    rows = dataclasses.replace(rows, top_k_dtype=draw(st.sampled_from((torch.int32, torch.int64))))
+    # Tile widths from 16 lanes up, at most 8 tiles a row (the interpreter's time grows with tiles).
+    block_v = draw(st.sampled_from((None, 16, 64, 256)))
+    if block_v is not None and vocab_size > 8 * block_v:
+        block_v = None
+    return rows, block_v
+
+
+@given(case=filtered_rows())
+def test_thresholds_keep_the_specification_kept_set(case: tuple[Rows, int | None]) -> None:
+    """The kernel's ``{z >= t}`` equals `reference.filters.kept_tokens` except near pivots and
+    negligible tokens; the max is kept; ``t`` is ``-inf`` or a logit of its row; greedy rows, rows
+    without a finite logit and rows with ``+inf`` logits keep everything."""
+    rows, block_v = case
+    comparison = _check(rows, _thresholds(rows, block_v))
+    event(f"near-pivot differences: {min(comparison.near_differences, 1)}")
+    event(f"negligible differences: {min(comparison.negligible_differences, 1)}")
+
+
+# ---------------------------------------------------------------------------------------------
+# The conventions, one case each
+
+
+def _kept(rows: Rows, block_v: int | None = None) -> list[list[int]]:
+    thresholds = _thresholds(rows, block_v)
+    comparison = _check(rows, thresholds)
+    assert (comparison.kernel == comparison.reference).all()
+    return [np.nonzero(row)[0].tolist() for row in comparison.kernel]
+
+
+def test_top_k_then_top_p_over_the_renormalised_mass() -> None:
+    """SGLang #36173's vector: top-k 4 keeps [.35, .25, .20, .05]; top-p .82 over that renormalised
+    law keeps three; top-p alone keeps four."""
+    logits = np.log([0.35, 0.25, 0.20, 0.05, 0.03, 0.03, 0.03, 0.03, 0.03])
+    assert _kept(_rows(logits, 1.0, top_k=4, top_p=0.82)) == [[0, 1, 2]]
+    assert _kept(_rows(logits, 1.0, top_p=0.82)) == [[0, 1, 2, 3]]
+
+
+def test_top_p_keeps_the_token_that_crosses_it() -> None:
+    """The token whose mass crosses ``top_p`` is kept: the mass above 0.1 is 0.8 < 0.85."""
+    logits = np.log([0.5, 0.3, 0.1, 0.06, 0.04])
+    assert _kept(_rows(logits, 1.0, top_p=0.85)) == [[0, 1, 2]]
+    assert _kept(_rows(logits, 1.0, top_p=0.75)) == [[0, 1]]
+
+
+def test_ties_at_a_pivot_are_kept_whole() -> None:
+    """Top-k 2 keeps every token tied with the second value (signed zeros tie); top-p keeps a tie whole;
+    min-p keeps the tokens tied with its threshold's token."""
+    logits = [3.0, 2.0, -1.0, 2.0, 2.0, 1.0]
+    assert _kept(_rows(logits, 1.0, top_k=2)) == [[0, 1, 3, 4]]
+    assert _kept(_rows([1.0, 0.0, -0.0, -1.0, 0.0], 1.0, top_k=2)) == [[0, 1, 2, 4]]
+    assert _kept(_rows(logits, 1.0, top_p=0.5)) == [[0, 1, 3, 4]]
+    assert _kept(_rows(logits, 1.0, top_k=1, top_p=0.5)) == [[0]]
+    assert _kept(_rows([0.0, -1.0, -2.0, -1.0], 1.0, min_p=0.3)) == [[0, 1, 3]]
+
+
+def test_adjacent_float32_values_are_told_apart() -> None:
+    """Logits one float32 ulp apart at both ends of a search: top-k 1 and a tiny top-p keep the max
+    alone, not the value one ulp below it; top-k ``V - 1`` drops only the least value, one ulp below
+    the next."""
+    below_max = float(np.nextafter(np.float32(1.0), np.float32(0.0)))
+    above_least = float(np.nextafter(np.float32(-3.0), np.float32(0.0)))
+    logits = [[1.0, below_max, 0.5, above_least, -3.0]] * 3
+    rows = _rows(logits, 1.0, top_k=[1, 0, 4], top_p=[1.0, 1e-6, 1.0])
+    assert _kept(rows) == [[0], [0], [0, 1, 2, 3]]
+    np.testing.assert_array_equal(_thresholds(rows, 16), [1.0, 1.0, above_least])
+
+
+def test_a_kth_value_of_probability_zero_keeps_everything() -> None:
+    """At ``T = 1e-3`` the third value's probability rounds to zero in float64 and ties with every zero
+    (``-inf`` included): top-k 3 keeps every token (``t = -inf``); top-k 1 keeps the max."""
+    logits = [[0.0, -1.0, -2.0, -3.0, -INF], [0.0, -1.0, -2.0, -3.0, -INF]]
+    rows = _rows(logits, 1e-3, top_k=[3, 1])
+    assert _kept(rows) == [[0, 1, 2, 3, 4], [0]]
+    np.testing.assert_array_equal(_thresholds(rows), [-INF, 0.0])
+
+
+def test_float64_ties_distinct_logits_at_subnormal_probabilities() -> None:
+    """At ``T = 1e-3`` two distinct logits get the same subnormal float64 probability: the
+    specification's top-k 2 keeps both as a tie, the kernel keeps the value pivot only. The
+    difference is a negligible token's (it moves under ``2**-1022`` of mass), the only kind besides near
+    pivots that the comparison allows."""
+    rows = _rows([0.0, -0.7401, -0.740101, -2.0], 1e-3, top_k=2)
+    comparison = _check(rows, _thresholds(rows))
+    assert comparison.kernel.tolist() == [[True, True, False, False]]
+    assert comparison.reference.tolist() == [[True, True, True, False]]
+    assert comparison.negligible_differences == 1 and comparison.near_differences == 0
+
+
+def test_rows_that_filter_nothing_keep_everything() -> None:
+    """Greedy rows, rows with every filter off, rows without a finite logit and rows with ``+inf``
+    logits get ``t = -inf``; a +inf row's processed law is uniform over its +inf entries."""
+    logits = [
+        [2.0, 1.0, 0.0, -1.0],  # greedy
+        [2.0, 1.0, 0.0, -1.0],  # filters off
+        [NAN, -INF, NAN, -INF],  # no finite logit
+        [INF, 1.0, INF, 0.0],  # +inf entries
+    ]
+    rows = _rows(
+        logits, [0.0, 1.0, 1.0, 1.0], top_k=[1, 0, 1, 1], top_p=[0.5, 1.0, 0.5, 0.5], min_p=[0.5, 0, 0.5, 0.5]
+    )
+    np.testing.assert_array_equal(_thresholds(rows), [-INF] * 4)
+    _check(rows, _thresholds(rows))
+    np.testing.assert_array_equal(_thresholds(_rows(logits, 1.0)), [-INF] * 4)
+    # A row whose filters happen to keep every token.
+    np.testing.assert_array_equal(_thresholds(_rows([0.0, -1.0, -2.0], 1.0, top_k=3, min_p=1e-3)), [-INF])
+
+
+# ---------------------------------------------------------------------------------------------
+# A bisection cut short is caught
+
+
+def test_a_bisection_cut_short_disagrees_with_the_specification() -> None:
+    """With 8 halvings instead of `HALVINGS` the top-k search stops far below the k-th value (it keeps
+    extra tokens) and the top-p search far above the crossing token (it drops kept ones): the
+    comparison reports tokens that are no near pivot. With `HALVINGS` it reports none."""
+    logits = np.linspace(-3.0, 3.0, 200)
+    for params in ({"top_k": 5}, {"top_p": 0.5}, {"min_p": 0.01, "top_k": 20, "top_p": 0.9}):
+        rows = _rows(np.stack([logits, logits[::-1] * 0.5]), [1.0, 0.7], **params)
+        assert _compare(rows, _cut_short(rows, HALVINGS)).unexplained == []
+        short = _compare(rows, _cut_short(rows, 8))
+        assert len(short.unexplained) >= 2, params
+        assert {r for r, _ in short.unexplained} == {0, 1}
+    assert HALVINGS == 32  # the keys of float32 values span fewer than 2**32
+
+
+# ---------------------------------------------------------------------------------------------
+# Memory: rows are read within their vocabulary
+
+
+@pytest.mark.parametrize("block_v", [16, 64, None])
+@pytest.mark.parametrize("pad", [INF, 1e30, NAN, -INF])
+def test_rows_are_read_within_their_vocabulary(block_v: int | None, pad: float) -> None:
+    """Rows of a strided view whose padding holds ``pad``: the thresholds are those of a contiguous copy,
+    and the padding is never kept, counted or summed (any read of it would change them)."""
+    rng = np.random.default_rng(7)
+    vocab_size, stride = 37, 53
+    storage = np.full((3, stride), pad)
+    storage[:, :vocab_size] = np.round(rng.normal(size=(3, vocab_size)) * 4) / 4
+    padded = torch.as_tensor(storage, dtype=torch.float32).to(DEVICE)
+    view = padded[:, :vocab_size]
+    assert view.stride() == (stride, 1)
+    copy = _rows(
+        view.cpu().numpy(), [1.0, 0.5, 2.0], top_k=[3, 0, 36], top_p=[1.0, 0.7, 0.95], min_p=[0.0, 0.01, 0.2]
+    )
+    as_view = Rows(view, copy.temperature, copy.top_k, copy.top_p, copy.min_p)
+    thresholds = _thresholds(as_view, block_v)
+    np.testing.assert_array_equal(thresholds, _thresholds(copy, block_v))
+    _check(as_view, thresholds)
+    assert (thresholds > -INF).all()
+
+
+# ---------------------------------------------------------------------------------------------
+# The Python entry points
+
+
+def test_apply_thresholds_masks_below_the_threshold() -> None:
+    """`apply_thresholds` keeps ``z >= t`` in the logits' dtype, and sets the rest and every NaN to -inf."""
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        logits = torch.tensor([[1.0, NAN, 0.5, -INF, 0.25], [NAN, 0.0, -1.0, 2.0, -INF]], dtype=dtype)
+        masked = apply_thresholds(logits, torch.tensor([0.5, -INF]))
+        assert masked.dtype == dtype
+        expected = torch.tensor([[1.0, -INF, 0.5, -INF, -INF], [-INF, 0.0, -1.0, 2.0, -INF]], dtype=dtype)
+        assert torch.equal(masked, expected)
+    with pytest.raises(ValueError, match=r"thresholds is \(3,\); expected \[R\] = \[2\]"):
+        apply_thresholds(torch.zeros(2, 4), torch.zeros(3))
+
+
+def test_unfiltered_calls_and_empty_batches() -> None:
+    """No parameter at all keeps everything; zero rows give an empty output; the default tile width
+    covers the vocabulary up to its cap."""
+    logits = torch.randn(3, 40, generator=torch.Generator().manual_seed(0)).to(DEVICE)
+    t = filter_thresholds(logits, torch.ones(3, device=DEVICE))
+    assert torch.equal(t.cpu(), torch.full((3,), -INF))
+    empty = filter_thresholds(torch.zeros(0, 5, device=DEVICE), torch.zeros(0, device=DEVICE))
+    assert empty.shape == (0,) and empty.dtype == torch.float32
+    assert [default_block_v(v) for v in (1, 17, 1000, 5000, 200000)] == [16, 32, 1024, 4096, 4096]
+
+
+def _bad_call(case: str) -> dict[str, object]:
+    rows = 2
+    args: dict[str, object] = {
+        "logits": torch.zeros(rows, 8),
+        "temperature": torch.ones(rows),
+        "top_k": torch.zeros(rows, dtype=torch.int32),
+        "top_p": torch.ones(rows),
+        "min_p": torch.zeros(rows),
+    }
+    name, _, value = case.partition("=")
+    args[name] = {
+        "logits:list": [[0.0] * 8] * rows,
+        "logits:1d": torch.zeros(8),
+        "logits:f64": torch.zeros(rows, 8, dtype=torch.float64),
+        "logits:empty": torch.zeros(rows, 0),
+        "logits:columns": torch.zeros(8, rows).t(),
+        "temperature:f64": torch.ones(rows, dtype=torch.float64),
+        "temperature:short": torch.ones(rows + 1),
+        "temperature:negative": torch.tensor([1.0, -0.5]),
+        "temperature:nan": torch.tensor([NAN, 1.0]),
+        "top_k:float": torch.zeros(rows),
+        "top_k:negative": torch.tensor([0, -3], dtype=torch.int64),
+        "top_p:zero": torch.tensor([1.0, 0.0]),
+        "top_p:above": torch.tensor([1.5, 1.0]),
+        "min_p:one": torch.tensor([0.0, 1.0]),
+        "min_p:negative": torch.tensor([-0.25, 0.0]),
+        "min_p:list": [0.0, 0.0],
+    }[f"{name}:{value}"]
+    return args
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("logits=list", r"logits has type list; expected a torch.Tensor"),
+        ("logits=1d", r"logits has shape \(8,\); expected \[R, V\]"),
+        ("logits=f64", r"logits has dtype torch.float64; expected one of float32, float16, bfloat16"),
+        ("logits=empty", r"logits has vocab size 0; expected V >= 1"),
+        ("logits=columns", r"logits has stride \(1, 2\); rows must be contiguous"),
+        ("temperature=f64", r"temperature has dtype torch.float64; expected one of float32"),
+        ("temperature=short", r"temperature has shape \(3,\); expected \[R\] = \[2\]"),
+        ("temperature=negative", r"temperature\[1\] is -0.5; expected a finite value >= 0"),
+        ("temperature=nan", r"temperature\[0\] is nan; expected a finite value >= 0"),
+        ("top_k=float", r"top_k has dtype torch.float32; expected one of int32, int64"),
+        ("top_k=negative", r"top_k\[1\] is -3; expected k >= 0"),
+        ("top_p=zero", r"top_p\[1\] is 0.0; expected a value in \(0, 1\]"),
+        ("top_p=above", r"top_p\[0\] is 1.5; expected a value in \(0, 1\]"),
+        ("min_p=one", r"min_p\[1\] is 1.0; expected a value in \[0, 1\)"),
+        ("min_p=negative", r"min_p\[0\] is -0.25; expected a value in \[0, 1\)"),
+        ("min_p=list", r"min_p has type list; expected a torch.Tensor"),
+    ],
+)
+def test_bad_inputs_raise_naming_the_argument_and_value(case: str, message: str) -> None:
+    """Each bad argument raises a ValueError naming it and its value, before anything is launched."""
+    with pytest.raises(ValueError, match=message):
+        filter_thresholds(**_bad_call(case))  # type: ignore[arg-type]
+
+
+def test_bad_tile_width_and_unchecked_values() -> None:
+    """A tile width that is no power of two >= 16 is refused; with values unchecked, out-of-range
+    parameters still keep the max: ``k < 0`` is off, ``min_p >= 1`` and ``top_p <= 0`` keep its ties."""
+    logits = torch.tensor([[3.0, 1.0, 3.0, 2.0]] * 3)
+    with pytest.raises(ValueError, match=r"block_v is 24; expected a power of two >= 16"):
+        filter_thresholds(logits, torch.ones(3), block_v=24)
+    t = filter_thresholds(
+        logits,
+        torch.ones(3),
+        torch.tensor([-2, 0, 0]),
+        torch.tensor([1.0, 1.0, 0.0]),
+        torch.tensor([0.0, 1.5, 0.0]),
+        check_values=False,
+    )
+    np.testing.assert_array_equal(t.numpy(), [-INF, 3.0, 3.0])
