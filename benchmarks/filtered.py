@@ -23,8 +23,8 @@ from typing import Any
 
 import torch
 
-from benchmarks.grid import Case, make_inputs, min_bytes
-from benchmarks.timing import ColdCallTimer, gpu_description, measure_ceilings
+from specsample.benchmarks.grid import Case, make_inputs, min_bytes
+from specsample.benchmarks.timing import ColdCallTimer, gpu_description, measure_ceilings
 from specsample.kernels.filters import filter_thresholds
 from specsample.kernels.rejection import rejection_sample
 from specsample.reference.contract import SpecBatch

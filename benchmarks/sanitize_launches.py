@@ -16,6 +16,7 @@ import sys
 
 import torch
 
+from specsample.benchmarks.filtered import FILTERS, filtered
 from specsample.benchmarks.grid import Case, make_inputs
 from specsample.kernels.rejection import rejection_sample
 
@@ -41,6 +42,15 @@ def main() -> int:
         rows = rejection_sample(batch, plan="rows")
         torch.cuda.synchronize()
         print(case.id, output.num_emitted.tolist(), rows.num_emitted.tolist())
+    # Filtered batches: the threshold kernel on target rows and, with draft_filter, on draft rows
+    # (flat and slotted), with a vocabulary off the tile width.
+    for case in (CASES[0], CASES[1], CASES[4]):
+        for name, settings in FILTERS.items():
+            batch = filtered(make_inputs(case, "cuda"), settings)
+            output = rejection_sample(batch, plan="split")
+            rows = rejection_sample(batch, plan="rows")
+            torch.cuda.synchronize()
+            print(case.id, name, output.num_emitted.tolist(), rows.num_emitted.tolist())
     print("OK")
     return 0
 
