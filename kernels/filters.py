@@ -3,24 +3,30 @@
 Each filter of `reference.filters` keeps the tokens at or above a value, so a row's kept set is
 ``{x : z_x >= t}`` for one threshold ``t`` per row (DESIGN.md, "Filtered verification"). This
 module finds ``t`` without sorting the vocabulary: `filter_threshold_kernel` runs one program per
-row and reads the row a few dozen times, tile by tile, never holding more than one tile:
+row and reads the row a few times, tile by tile, never holding more than one tile:
 
 1. the row max ``m`` and ``S = sum exp((z - m) / T)`` (one pass);
 2. min-p keeps ``(z - m) / T >= log(min_p)``: the smallest float32 logit at or above
    ``m + log(min_p) T``, that sum taken in float64 (`_min_p_key`);
 3. top-k, a value pivot: the ``k``-th largest kept value is the largest order key with at least
-   ``k`` kept tokens at or above it, found by bisection over the int32 keys of the float32 values
-   (`_order_key`: integer order is float order), one counting pass a halving; 32 halvings cover
-   every float32 value, so the search ends on the ``k``-th value itself (`_kth_key`);
+   ``k`` kept tokens at or above it, found by a ``WAYS``-way search over the int32 keys of the
+   float32 values (`_order_key`: integer order is float order): each pass counts the tokens at or
+   above ``WAYS`` keys at once (a ``[BLOCK_V, WAYS]`` comparison summed over the tile) and narrows
+   the interval of keys ``WAYS``-fold; `SEARCH_PASSES` passes cover every float32 value, so the
+   search ends on the ``k``-th value itself (`_kth_key`). The first pass also counts the kept
+   tokens, which tells whether top-k filters at all;
 4. top-p, over the law renormalised on what min-p and top-k kept: the smallest order key whose
-   kept tokens strictly above carry mass ``< top_p`` times the kept mass, by bisection over the
-   same keys, one pass of ``exp((z - m) / T)`` sums a halving (`_top_p_key`). Masses are fp32
-   sums of ``exp((z - m) / T)`` over tiles, so a token whose mass above lies within a few ulps
-   (times ``sqrt(V)``) of ``top_p`` is a near pivot (`reference.filters.pivot_band`);
+   kept tokens strictly above carry mass ``< top_p`` times the kept mass, by the same search over
+   the same keys, each pass summing ``exp((z - m) / T)`` above ``WAYS`` keys at once
+   (`_top_p_key`); the first pass also sums the kept mass. Masses are fp32 sums of
+   ``exp((z - m) / T)`` over tiles, every key's mass summed in the same order, so a token whose mass
+   above lies within a few ulps (times ``sqrt(V)``) of ``top_p`` is a near pivot
+   (`reference.filters.pivot_band`);
 5. ``t`` is the smallest kept logit, ``-inf`` where every token is kept.
 
-A row that filters by top-k and top-p is read at most ``2 * HALVINGS + 4`` times (a halving whose
-interval is already one key wide skips its pass); a row without top-k or top-p, at most 2 times.
+A row that filters by top-k and top-p is read at most ``2 * SEARCH_PASSES + 2`` times, 18 with
+16 ways (a pass whose interval is already one key wide is skipped, so narrow intervals, such as
+top-p's after top-k, take fewer); a row without top-k or top-p, at most 2 times.
 The jit code and its launcher, `filter_thresholds`, live together here; `apply_thresholds` masks
 the logits with the thresholds.
 
@@ -61,17 +67,24 @@ from specsample.kernels.rules import (
 )
 from specsample.reference.contract import LOGIT_DTYPES
 
-# Halvings of a bisection over the order keys: the keys of float32 values span fewer than 2**32.
-HALVINGS = 32
-# Tile widths: the default is the vocabulary's next power of two, within these bounds.
+# Keys a search pass tries at once: each pass narrows the interval of order keys WAYS-fold.
+WAYS = 16
+# Passes of a search over the order keys: the keys of float32 values span fewer than 2**32, and
+# SEARCH_PASSES passes narrow 2**32 keys down to one.
+SEARCH_PASSES = -(-32 // (WAYS.bit_length() - 1))
+# Tile widths: the default is the vocabulary's next power of two, within these bounds; a search pass
+# holds a [BLOCK_V, WAYS] tile, at most 16,384 elements by default.
 MIN_BLOCK_V = 16
-MAX_BLOCK_V = 4096
-FILTER_WARPS = 4
+MAX_BLOCK_V = 16384 // WAYS
+# The interpreter (CPU tensors) pays per operation rather than per element: wider default tiles.
+INTERPRETER_MAX_BLOCK_V = 8192
 # The largest finite float32: min-p's cut is clamped to -FLT_MAX before its conversion to float32.
 FLT_MAX = tl.constexpr(3.4028234663852886e38)
 POS_INF = tl.constexpr(float("inf"))
 # Bits that `_order_key` flips in negative values (every bit but the sign).
 MAGNITUDE_BITS = tl.constexpr(0x7FFFFFFF)
+# Below every order key (the least, -inf's, is -2**31 + 2**23 - 1) and every search candidate.
+NO_KEY = tl.constexpr(-(2**31))
 INDEX_DTYPES = (torch.int32, torch.int64)
 
 
@@ -115,31 +128,51 @@ def _row_stats(row_ptr, vocab_size, inv_temperature, BLOCK_V: tl.constexpr):
 
 
 @triton.jit
-def _count_from(row_ptr, vocab_size, key, BLOCK_V: tl.constexpr):
-    """How many tokens of a row have an order key ``>= key`` (int32)."""
-    count = tl.full([], 0, tl.int32)
-    tile_start = 0
-    while tile_start < vocab_size:
-        x, in_vocab = _tile(row_ptr, tile_start, vocab_size, BLOCK_V)
-        count += tl.sum((in_vocab & (_order_key(x) >= key)).to(tl.int32), axis=0)
-        tile_start += BLOCK_V
-    return count
+def _keys(x, in_vocab):
+    """The order keys of a tile, `NO_KEY` (below every candidate) outside the vocabulary."""
+    return tl.where(in_vocab, _order_key(x), NO_KEY)
 
 
 @triton.jit
-def _mass_above(row_ptr, vocab_size, key, row_max, inv_temperature, BLOCK_V: tl.constexpr):
-    """``sum exp((z - max) / T)`` over the tokens of a row whose order key is ``> key``.
+def _candidates(lo, top, WAYS: tl.constexpr):
+    """``WAYS`` order keys ``lo + j ceil((top - lo) / WAYS)``, ``j < WAYS``, capped at ``top`` (int64):
+    lane 0 is ``lo`` itself, and every gap between lanes, or from the last lane to ``top``, is at most
+    ``ceil((top - lo) / WAYS)`` keys wide."""
+    step = (top - lo + (WAYS - 1)) // WAYS
+    return tl.minimum(lo + tl.arange(0, WAYS).to(tl.int64) * step, top)
 
-    A fixed sum of non-negative terms, each tile reduced the same way whatever ``key`` is: it never
-    decreases as ``key`` does, so a bisection on it is consistent."""
-    mass = tl.full([], 0.0, tl.float32)
+
+@triton.jit
+def _counts_from(row_ptr, vocab_size, cuts, BLOCK_V: tl.constexpr, WAYS: tl.constexpr):
+    """``[WAYS]`` how many tokens of a row have an order key ``>= cuts[j]`` (int32 cuts), one pass."""
+    counts = tl.zeros([WAYS], tl.int32)
     tile_start = 0
     while tile_start < vocab_size:
         x, in_vocab = _tile(row_ptr, tile_start, vocab_size, BLOCK_V)
-        above = in_vocab & (_order_key(x) > key)
-        mass += tl.sum(tl.where(above, tl.exp(scaled_logit(x, row_max, inv_temperature)), 0.0), axis=0)
+        keys = _keys(x, in_vocab)
+        counts += tl.sum((keys[:, None] >= cuts[None, :]).to(tl.int32), axis=0)
         tile_start += BLOCK_V
-    return mass
+    return counts
+
+
+@triton.jit
+def _masses_above(row_ptr, vocab_size, cuts, row_max, inv_temperature,
+                  BLOCK_V: tl.constexpr, WAYS: tl.constexpr):  # fmt: skip
+    """``[WAYS]`` ``sum exp((z - max) / T)`` over the tokens of a row whose order key is ``> cuts[j]``
+    (int32 cuts), one pass.
+
+    Each lane is a fixed sum of non-negative terms, reduced tile by tile in the same order as every
+    other lane and whatever its cut is: it never decreases as the cut does, so a search on it is
+    consistent (monotone, and the same cut gets the same mass in any lane of any pass)."""
+    masses = tl.zeros([WAYS], tl.float32)
+    tile_start = 0
+    while tile_start < vocab_size:
+        x, in_vocab = _tile(row_ptr, tile_start, vocab_size, BLOCK_V)
+        weights = tl.where(in_vocab, tl.exp(scaled_logit(x, row_max, inv_temperature)), 0.0)
+        above = _keys(x, in_vocab)[:, None] > cuts[None, :]
+        masses += tl.sum(tl.where(above, weights[:, None], 0.0), axis=0)
+        tile_start += BLOCK_V
+    return masses
 
 
 @triton.jit
@@ -175,32 +208,47 @@ def _min_p_key(row_max, temperature, min_p):
 
 
 @triton.jit
-def _kth_key(row_ptr, vocab_size, lo, hi, k, HALVINGS: tl.constexpr, BLOCK_V: tl.constexpr):
+def _kth_key(row_ptr, vocab_size, lo, hi, k, PASSES: tl.constexpr, BLOCK_V: tl.constexpr,
+             WAYS: tl.constexpr):  # fmt: skip
     """The largest order key in ``[lo, hi)`` with at least ``k`` tokens at or above it, given that
-    ``lo`` has and ``hi`` has not: the key of the ``k``-th largest value once ``hi - lo`` is halved
-    down to 1 (int64 bounds; ``hi <= lo + 1`` searches nothing)."""
-    for _ in range(HALVINGS):
+    ``hi`` has not, and ``lo`` (int64 bounds; ``hi <= lo + 1`` searches nothing).
+
+    Each pass counts at ``WAYS`` keys of ``[lo, hi)`` at once and narrows the interval ``WAYS``-fold;
+    once it is one key wide, ``lo`` is the key of the ``k``-th largest value. Lane 0 counts ``lo``
+    itself: where ``lo`` has fewer than ``k`` tokens the first pass returns ``hi == lo``, which tells
+    the caller that top-k keeps everything ``lo`` keeps. Returns ``(lo, hi)``."""
+    for _ in range(PASSES):
         if hi - lo > 1:
-            mid = lo + (hi - lo) // 2
-            at_least = _count_from(row_ptr, vocab_size, mid.to(tl.int32), BLOCK_V) >= k
-            lo = tl.where(at_least, mid, lo)
-            hi = tl.where(at_least, hi, mid)
-    return lo
+            cuts = _candidates(lo, hi - 1, WAYS)
+            at_least = _counts_from(row_ptr, vocab_size, cuts.to(tl.int32), BLOCK_V, WAYS) >= k
+            lo = tl.max(tl.where(at_least, cuts, lo), axis=0)
+            hi = tl.min(tl.where(at_least, hi, cuts), axis=0)
+    return lo, hi
 
 
 @triton.jit
-def _top_p_key(row_ptr, vocab_size, lo, hi, target, row_max, inv_temperature,
-               HALVINGS: tl.constexpr, BLOCK_V: tl.constexpr):  # fmt: skip
+def _top_p_key(row_ptr, vocab_size, lo, hi, top_p, row_max, inv_temperature, PASSES: tl.constexpr,
+               BLOCK_V: tl.constexpr, WAYS: tl.constexpr):  # fmt: skip
     """The smallest order key in ``(lo, hi]`` whose tokens strictly above carry mass ``< target``,
-    given that ``lo``'s do not and ``hi``'s do (int64 bounds; ``hi <= lo + 1`` searches nothing)."""
-    for _ in range(HALVINGS):
+    ``target = top_p`` times the mass above ``lo`` (the kept mass), given that ``lo``'s do not and
+    ``hi``'s do (int64 bounds; ``hi <= lo + 1`` searches nothing).
+
+    Each pass sums the masses above ``WAYS`` keys of ``[lo, hi]`` at once and narrows the interval
+    ``WAYS``-fold. The first pass's lane 0 is ``lo``: its mass gives ``target`` in the same pass, by
+    the same sums as every other mass the search compares with it."""
+    target = tl.full([], 0.0, tl.float32)
+    lanes = tl.arange(0, WAYS)
+    for i in range(PASSES):
         if hi - lo > 1:
-            mid = lo + (hi - lo) // 2
-            below = (
-                _mass_above(row_ptr, vocab_size, mid.to(tl.int32), row_max, inv_temperature, BLOCK_V) < target
+            cuts = _candidates(lo, hi, WAYS)
+            masses = _masses_above(
+                row_ptr, vocab_size, cuts.to(tl.int32), row_max, inv_temperature, BLOCK_V, WAYS
             )
-            lo = tl.where(below, lo, mid)
-            hi = tl.where(below, mid, hi)
+            kept_mass = tl.max(tl.where(lanes == 0, masses, 0.0), axis=0)
+            target = tl.where(i == 0, top_p * kept_mass, target)
+            below = masses < target
+            lo = tl.max(tl.where(below, lo, cuts), axis=0)
+            hi = tl.min(tl.where(below, cuts, hi), axis=0)
     return hi
 
 
@@ -208,7 +256,7 @@ def _top_p_key(row_ptr, vocab_size, lo, hi, target, row_max, inv_temperature,
 @triton.jit(do_not_specialize=["logits_stride", "vocab_size"])
 def filter_threshold_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, threshold_ptr,
                             logits_stride, vocab_size, HAS_TOP_K: tl.constexpr, HAS_TOP_P: tl.constexpr,
-                            HAS_MIN_P: tl.constexpr, HALVINGS: tl.constexpr,
+                            HAS_MIN_P: tl.constexpr, PASSES: tl.constexpr, WAYS: tl.constexpr,
                             BLOCK_V: tl.constexpr):  # fmt: skip
     """Each row's threshold ``t``: its filters keep exactly the tokens with ``z >= t``.
 
@@ -218,7 +266,9 @@ def filter_threshold_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, m
         top_k_ptr, top_p_ptr, min_p_ptr: ``[R]`` each (int32/int64, fp32, fp32), read only where
             ``HAS_TOP_K``, ``HAS_TOP_P``, ``HAS_MIN_P`` (otherwise the filter is off for every row).
         threshold_ptr: ``[R]`` fp32 output.
-        HALVINGS: halvings of each bisection (`HALVINGS` finds the exact pivot; fewer stop short).
+        PASSES: passes of each search (`SEARCH_PASSES` finds the exact pivot; fewer stop short).
+        WAYS: keys each search pass tries at once, a power of two >= 2 (`WAYS`); a pass compares a
+            ``[BLOCK_V, WAYS]`` tile.
     """
     # Grid (R,): one program per row.
     row = tl.program_id(0)
@@ -242,11 +292,11 @@ def filter_threshold_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, m
     if HAS_TOP_K:
         top_k = tl.load(top_k_ptr + row).to(tl.int64)
         by_k = filtering & (top_k > 0) & (top_k < vocab_size)
-        if by_k:
-            by_k = _count_from(row_ptr, vocab_size, kept_key.to(tl.int32), BLOCK_V) >= top_k
-        # Invariant: at least k kept tokens at or above lo, fewer than k above hi - 1.
+        # Invariant: fewer than k kept tokens at or above hi; at least k at or above lo, which the
+        # first pass checks (lane 0 counts lo) where the kept tokens may be fewer than k.
         hi = tl.where(by_k, max_key + 1, kept_key + 1)
-        kth_key = _kth_key(row_ptr, vocab_size, kept_key, hi, top_k, HALVINGS, BLOCK_V)
+        kth_key, hi = _kth_key(row_ptr, vocab_size, kept_key, hi, top_k, PASSES, BLOCK_V, WAYS)
+        by_k = by_k & (hi > kth_key)
         kth_log_p = scaled_logit(_key_value(kth_key.to(tl.int32)), row_max, inv_temperature) - tl.log(row_sum)
         # A k-th value of probability zero ties with every zero: top-k then keeps everything kept.
         kept_key = tl.where(by_k & (kth_log_p >= LOG_ZERO), kth_key, kept_key)
@@ -255,17 +305,11 @@ def filter_threshold_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, m
     if HAS_TOP_P:
         top_p = tl.load(top_p_ptr + row)
         by_p = filtering & (top_p < 1.0)
-        hi = kept_key
-        target = tl.full([], 0.0, tl.float32)
-        if by_p:
-            # The kept mass: the mass strictly above kept_key - 1. The max's own weight is 1, so
-            # target > 0 whenever top_p > 0, and the mass above the max, 0, is below it.
-            target = top_p * _mass_above(
-                row_ptr, vocab_size, (kept_key - 1).to(tl.int32), row_max, inv_temperature, BLOCK_V
-            )
-            hi = max_key
+        # lo = kept_key - 1: the mass above it is the kept mass. The max's own weight is 1, so
+        # target > 0 whenever top_p > 0, and the mass above the max, 0, is below it.
+        hi = tl.where(by_p, max_key, kept_key)
         kept_key = _top_p_key(
-            row_ptr, vocab_size, kept_key - 1, hi, target, row_max, inv_temperature, HALVINGS, BLOCK_V
+            row_ptr, vocab_size, kept_key - 1, hi, top_p, row_max, inv_temperature, PASSES, BLOCK_V, WAYS
         )
         by_any = by_any | by_p
 
@@ -331,9 +375,22 @@ def _check_values(
         _check_entries("min_p", q, (q >= 0) & (q < 1), "a value in [0, 1) (0: off)")
 
 
+def filter_warps(block_v: int) -> int:
+    """Warps of a program: 8 where a search pass's ``[block_v, WAYS]`` tile has 8,192 elements or more."""
+    return 8 if block_v * WAYS >= 8192 else 4
+
+
 def default_block_v(vocab_size: int) -> int:
     """The tile width for a vocabulary: its next power of two, within `MIN_BLOCK_V` and `MAX_BLOCK_V`."""
     return max(MIN_BLOCK_V, min(MAX_BLOCK_V, int(triton.next_power_of_2(vocab_size))))
+
+
+def _launch_block_v(vocab_size: int, device: torch.device) -> int:
+    """The default tile width of a launch: `default_block_v` on a GPU; under the interpreter (CPU
+    tensors), up to `INTERPRETER_MAX_BLOCK_V`, which numpy handles in far fewer, cheaper steps."""
+    if device.type == "cpu":
+        return max(MIN_BLOCK_V, min(INTERPRETER_MAX_BLOCK_V, int(triton.next_power_of_2(vocab_size))))
+    return default_block_v(vocab_size)
 
 
 def filter_thresholds(
@@ -360,7 +417,8 @@ def filter_thresholds(
         min_p: ``[R]`` fp32 in ``[0, 1)`` (``0``: off), or ``None``.
         check_values: check the parameters' values (a device synchronisation on a GPU); default: where
             the tensors are on the CPU.
-        block_v: the tile width, a power of two >= 16 (default `default_block_v`).
+        block_v: the tile width, a power of two >= 16 (default `default_block_v`; wider on the CPU,
+            where the interpreter runs the kernel).
 
     Returns:
         ``[R]`` fp32 thresholds on the device of ``logits``.
@@ -390,7 +448,7 @@ def filter_thresholds(
     if min_p is not None:
         _check_vector("min_p", min_p, (torch.float32,), device, rows)
     if block_v is None:
-        block_v = default_block_v(vocab_size)
+        block_v = _launch_block_v(vocab_size, device)
     elif not isinstance(block_v, int) or block_v < MIN_BLOCK_V or block_v & (block_v - 1):
         raise _fail("block_v", f"is {block_v!r}; expected a power of two >= {MIN_BLOCK_V}")
     if check_values or (check_values is None and device.type == "cpu"):
@@ -406,7 +464,8 @@ def filter_thresholds(
             logits, temperature, temperature if top_k is None else top_k,
             temperature if top_p is None else top_p, temperature if min_p is None else min_p, thresholds,
             logits.stride(0), vocab_size, HAS_TOP_K=top_k is not None, HAS_TOP_P=top_p is not None,
-            HAS_MIN_P=min_p is not None, HALVINGS=HALVINGS, BLOCK_V=block_v, num_warps=FILTER_WARPS,
+            HAS_MIN_P=min_p is not None, PASSES=SEARCH_PASSES, WAYS=WAYS, BLOCK_V=block_v,
+            num_warps=filter_warps(block_v),
         )  # fmt: skip
     return thresholds
 

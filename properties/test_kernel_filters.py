@@ -21,7 +21,8 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from specsample.kernels.filters import (
-    HALVINGS,
+    SEARCH_PASSES,
+    WAYS,
     apply_thresholds,
     default_block_v,
     filter_threshold_kernel,
@@ -100,8 +101,8 @@ def _thresholds(rows: Rows, block_v: int | None = None) -> npt.NDArray[np.float3
     return t.cpu().numpy()
 
 
-def _cut_short(rows: Rows, halvings: int, block_v: int = 64) -> npt.NDArray[np.float32]:
-    """The kernel launched directly, its bisections stopped after ``halvings`` halvings."""
+def _cut_short(rows: Rows, passes: int, ways: int = WAYS, block_v: int = 64) -> npt.NDArray[np.float32]:
+    """The kernel launched directly, its ``ways``-way searches stopped after ``passes`` passes."""
     temperature, top_k, top_p, min_p = rows.tensors()
     assert temperature is not None
     out = torch.empty(rows.logits.shape[0], dtype=torch.float32, device=DEVICE)
@@ -110,7 +111,8 @@ def _cut_short(rows: Rows, halvings: int, block_v: int = 64) -> npt.NDArray[np.f
             rows.logits, temperature, top_k if top_k is not None else temperature,
             top_p if top_p is not None else temperature, min_p if min_p is not None else temperature, out,
             rows.logits.stride(0), rows.logits.shape[1], HAS_TOP_K=top_k is not None,
-            HAS_TOP_P=top_p is not None, HAS_MIN_P=min_p is not None, HALVINGS=halvings, BLOCK_V=block_v,
+            HAS_TOP_P=top_p is not None, HAS_MIN_P=min_p is not None, PASSES=passes, WAYS=ways,
+            BLOCK_V=block_v,
         )  # fmt: skip
     return out.cpu().numpy()
 
@@ -357,21 +359,36 @@ def test_rows_that_filter_nothing_keep_everything() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# A bisection cut short is caught
+# A search cut short is caught
 
 
-def test_a_bisection_cut_short_disagrees_with_the_specification() -> None:
-    """With 8 halvings instead of `HALVINGS` the top-k search stops far below the k-th value (it keeps
-    extra tokens) and the top-p search far above the crossing token (it drops kept ones): the
-    comparison reports tokens that are no near pivot. With `HALVINGS` it reports none."""
+def test_a_search_cut_short_disagrees_with_the_specification() -> None:
+    """With 2 passes of 16 ways instead of `SEARCH_PASSES` (8 bits of the key instead of 32) the
+    top-k search stops far below the k-th value (it keeps extra tokens) and the top-p search far
+    above the crossing token (it drops kept ones): the comparison reports tokens that are no near
+    pivot. With `SEARCH_PASSES` it reports none."""
     logits = np.linspace(-3.0, 3.0, 200)
     for params in ({"top_k": 5}, {"top_p": 0.5}, {"min_p": 0.01, "top_k": 20, "top_p": 0.9}):
         rows = _rows(np.stack([logits, logits[::-1] * 0.5]), [1.0, 0.7], **params)
-        assert _compare(rows, _cut_short(rows, HALVINGS)).unexplained == []
-        short = _compare(rows, _cut_short(rows, 8))
+        assert _compare(rows, _cut_short(rows, SEARCH_PASSES)).unexplained == []
+        short = _compare(rows, _cut_short(rows, 2, 16))
         assert len(short.unexplained) >= 2, params
         assert {r for r, _ in short.unexplained} == {0, 1}
-    assert HALVINGS == 32  # the keys of float32 values span fewer than 2**32
+    # The keys of float32 values span fewer than 2**32: SEARCH_PASSES passes of WAYS ways cover them.
+    assert WAYS ** (SEARCH_PASSES - 1) < 2**32 <= WAYS**SEARCH_PASSES
+
+
+@pytest.mark.parametrize(("ways", "passes"), [(2, 32), (4, 16), (8, 11), (32, 7)])
+def test_every_search_width_finds_the_same_thresholds(ways: int, passes: int) -> None:
+    """A search of any width with enough passes (bisection at 2 ways) ends on the same exact
+    pivots: the thresholds equal those of `SEARCH_PASSES` passes of `WAYS` ways."""
+    rng = np.random.default_rng(11)
+    logits = np.round(rng.normal(size=(3, 300)) * 8) / 8
+    logits[1, :5] = np.nextafter(np.float32(2.5), np.float32(0.0))
+    rows = _rows(logits, [1.0, 0.4, 3.0], top_k=[7, 40, 0], top_p=[0.8, 0.95, 0.3], min_p=[0.0, 0.02, 0.1])
+    expected = _cut_short(rows, SEARCH_PASSES)
+    _check(rows, expected)
+    np.testing.assert_array_equal(_cut_short(rows, passes, ways), expected)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -424,7 +441,7 @@ def test_unfiltered_calls_and_empty_batches() -> None:
     assert torch.equal(t.cpu(), torch.full((3,), -INF))
     empty = filter_thresholds(torch.zeros(0, 5, device=DEVICE), torch.zeros(0, device=DEVICE))
     assert empty.shape == (0,) and empty.dtype == torch.float32
-    assert [default_block_v(v) for v in (1, 17, 1000, 5000, 200000)] == [16, 32, 1024, 4096, 4096]
+    assert [default_block_v(v) for v in (1, 17, 1000, 5000, 200000)] == [16, 32, 1024, 1024, 1024]
 
 
 def _bad_call(case: str) -> dict[str, object]:
