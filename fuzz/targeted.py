@@ -153,6 +153,187 @@ def _nan_rows(method: Method) -> SpecBatch:
     )
 
 
+# ---------------------------------------------------------------------------------------------
+# Filtered verification (`reference.filters`): each shape lies inside a sampler's capabilities only
+# when it declares the sampling parameters the batch carries.
+
+# SGLang #36173's regression vector: top-k 4 then top-p 0.82 over the renormalised mass keeps three
+# tokens; top-p first, over the raw mass (0.80 < 0.82 above the fourth), keeps four.
+SGLANG_36173 = (0.35, 0.25, 0.20, 0.05, 0.03, 0.03, 0.03, 0.03, 0.03)
+# A law whose top-p 0.9 boundary token carries 7% of the mass: the mass above it is 0.89 < 0.9, with
+# it 0.96 (FlashInfer #2202 dropped such a token: kept mass 0.89999 against top_p = 0.9). A tail of
+# sixteen decreasing tokens gives top-p near 1 a cut between distinct tokens.
+BOUNDARY_HEAD = (0.5, 0.25, 0.14, 0.07)
+BOUNDARY_TAIL_RATIO = 0.7
+# The top-p pivot row: a plateau of many tokens whose logits step by PLATEAU_STEP, far more finely than
+# a threshold search cut after 18 halvings of a log-probability range of about 43 resolves (1.6e-4),
+# and far more coarsely than float32 rounding of a log-probability (a few 1e-7).
+PIVOT_VOCAB = 256
+PLATEAU_STEP = 1e-5
+
+
+def _log(probs: tuple[float, ...] | np.ndarray) -> np.ndarray:
+    """Logits of a law (``log p``; its softmax at ``T = 1`` is the law)."""
+    return np.log(np.asarray(probs, dtype=np.float64))
+
+
+def _filter_order(method: Method) -> SpecBatch:
+    """SGLang #36173's regression vector at ``top_k = 4``, ``top_p = 0.82`` (``T = 1``): a draft on the
+    fourth token, which only top-p applied first keeps, and a bonus-only request emitting from ``p'``.
+
+    Exact verification never accepts or emits token 3; top-p applied before top-k (M35) gives it
+    ``0.05 / 0.85`` of ``p'``, and a sampler that drops the filters (M39) gives tokens 3-8 mass.
+    """
+    target = np.tile(_log(SGLANG_36173), (3, 1))
+    draft = np.tile(_log((0.1, 0.1, 0.1, 0.5, 0.04, 0.04, 0.04, 0.04, 0.04)), (2, 1))
+    empty = np.zeros((0, len(SGLANG_36173)))
+    return make_batch(
+        [
+            RequestData(target, [3, 0], draft, temperature=1.0, seed=71, top_k=4, top_p=0.82),
+            RequestData(target[:1], [], empty, temperature=1.0, seed=72, top_k=4, top_p=0.82),
+        ],
+        method=method,
+    )
+
+
+def _boundary_row() -> np.ndarray:
+    """The logits of `BOUNDARY_HEAD` followed by its decreasing tail (20 tokens, mass 0.04 in the tail)."""
+    tail = BOUNDARY_TAIL_RATIO ** np.arange(VOCAB - len(BOUNDARY_HEAD))
+    return _log(np.concatenate([BOUNDARY_HEAD, 0.04 * tail / tail.sum()]))
+
+
+def _top_p_boundary(method: Method) -> SpecBatch:
+    """The top-p boundary token, and top-p near 0 and near 1, at ``T = 1``.
+
+    Request 0 drafts the boundary token (token 3, ``p'(3) = 0.07 / 0.96``) from a draft law that
+    favours it, request 1 emits from ``p'`` alone: a sampler that drops the token that crosses
+    ``top_p`` (M37) never accepts or emits it. Request 2 keeps only the argmax (``top_p = 1e-6``);
+    request 3 cuts the tail between two distinct tokens (``top_p = 0.9992``).
+    """
+    row = _boundary_row()
+    target = np.tile(row, (3, 1))
+    favours_3 = np.full(VOCAB, np.log(0.1 / (VOCAB - 4)))
+    favours_3[:4] = _log((0.1, 0.1, 0.1, 0.6))
+    draft = np.stack([favours_3, row + np.linspace(0.0, 1.0, VOCAB)])
+    return make_batch(
+        [
+            RequestData(target, [3, 1], draft, temperature=1.0, seed=81, top_p=0.9),
+            RequestData(target[:1], [], np.zeros((0, VOCAB)), temperature=1.0, seed=82, top_p=0.9),
+            RequestData(target[:2], [1], draft[1:], temperature=1.0, seed=83, top_p=1e-6),
+            RequestData(target[:2], [4], draft[1:], temperature=1.0, seed=84, top_p=0.9992),
+        ],
+        method=method,
+    )
+
+
+def _argmax_of_neither(target_row: np.ndarray, draft_row: np.ndarray) -> int:
+    """The draft row's most likely token that is the argmax of neither row (``top_k = 1`` drops it
+    from both filtered laws)."""
+    argmaxes = {int(np.argmax(target_row)), int(np.argmax(draft_row))}
+    return next(int(t) for t in np.argsort(-draft_row) if int(t) not in argmaxes)
+
+
+def _filtered_drafts(method: Method) -> SpecBatch:
+    """``draft_filter`` on: the sampler filters the draft logits with each request's parameters.
+
+    Request 0 (``top_k = 1``) drafts tokens that are the argmax of neither the target nor the draft
+    row: zero filtered mass under ``p'`` and ``q'``, so ``p'(d) > u q'(d)`` is ``0 > 0`` at every
+    ``u``, never accepted; a non-strict test accepts them (M36). Request 1 (``top_k = 3``) drafts
+    from inside the draft's kept set, which holds 0.24 of the raw draft mass: the ratio with the
+    filtered ``q'`` accepts with probability 0.67, with the raw ``q`` (M33) always. Request 2 filters
+    by top-p.
+    """
+    rng = np.random.default_rng(7)
+    zero_target, zero_draft = _rows(rng, 3), _rows(rng, 2)
+    zero_ids = [_argmax_of_neither(zero_target[i], zero_draft[i]) for i in range(2)]
+    target = np.full((3, VOCAB), -0.5)
+    target[:, [2, 7, 5]] = (1.6, 0.9, 1.3)
+    target += rng.normal(size=target.shape) * 0.01
+    draft = np.full((2, VOCAB), 0.3)
+    draft[:, [2, 7, 11]] = (1.0, 0.9, 0.8)
+    top_p_target, top_p_draft = _rows(rng, 2), _rows(rng, 1)
+    top_p_id = int(np.argmax(top_p_draft[0]))  # inside the draft's kept set
+    return make_batch(
+        [
+            RequestData(zero_target, zero_ids, zero_draft, temperature=1.0, seed=91, top_k=1),
+            RequestData(target, [7, 7], draft, temperature=1.0, seed=92, top_k=3),
+            RequestData(top_p_target, [top_p_id], top_p_draft, temperature=0.9, seed=93, top_p=0.6),
+        ],
+        method=method,
+        draft_filter=True,
+    )
+
+
+def _min_p_near_one(method: Method) -> SpecBatch:
+    """``min_p = 0.9`` at ``T = 0.8``: two near-equal tokens survive at every row (``e**(-0.05 / 0.8) =
+    0.94``), the next lies at 0.54 of the largest. Drafts on dropped tokens and a residual over the
+    raw law show a sampler that applies min-p to the bonus row only (M34)."""
+    rng = np.random.default_rng(8)
+    target = rng.normal(size=(4, VOCAB)) * 0.3 - 1.0
+    target[:, [4, 13]] = (2.0, 1.95)
+    target[:, 9] = 1.5
+    draft = rng.normal(size=(3, VOCAB)) * 0.5
+    draft[:, 9] = 2.0
+    return make_batch(
+        [RequestData(target, [9, 13, 0], draft, temperature=0.8, seed=101, min_p=0.9)], method=method
+    )
+
+
+def _mixed_filters(method: Method) -> SpecBatch:
+    """Requests that filter beside ones that do not: no filter, top-k alone, a greedy row with top-p
+    (unaffected: every filter keeps the argmax), all three filters at once, and a bonus-only request
+    with top-p. A sampler that routes a batch with sampling parameters to a path that takes the
+    argmax (M38) or drops them (M39) changes the law of every sampled request."""
+    rng = np.random.default_rng(9)
+    greedy = _rows(rng, 3)
+    greedy_draft = _rows(rng, 2)
+    greedy_ids = [int(np.argmax(greedy[0])), int(np.argsort(greedy[1])[-2])]
+    requests = [
+        RequestData(_rows(rng, 3), [2, 17], _rows(rng, 2), temperature=1.0, seed=111),
+        RequestData(_rows(rng, 3), [16, 5], _rows(rng, 2), temperature=0.7, seed=112, top_k=5),
+        RequestData(greedy, greedy_ids, greedy_draft, temperature=0.0, seed=113, top_p=0.5),
+        RequestData(
+            _rows(rng, 2), [18], _rows(rng, 1), temperature=1.2, seed=114, top_k=6, top_p=0.8, min_p=0.2
+        ),
+        RequestData(_rows(rng, 1), [], np.zeros((0, VOCAB)), temperature=1.0, seed=115, top_p=0.7),
+    ]
+    return make_batch(requests, method=method)
+
+
+def _pivot_row() -> tuple[np.ndarray, float]:
+    """The top-p pivot row (`PIVOT_VOCAB` tokens) and a ``top_p`` near 0.5, halfway through a plateau
+    token: four heavy tokens, a plateau stepping down by `PLATEAU_STEP`, and eight tokens at ``-40``
+    that widen the log-probability range a threshold search halves."""
+    logits = np.zeros(PIVOT_VOCAB)
+    logits[:4] = (3.0, 2.5, 2.0, 1.5)
+    plateau = PIVOT_VOCAB - 12
+    logits[4 : 4 + plateau] = -PLATEAU_STEP * np.arange(plateau)
+    logits[-8:] = -40.0
+    logits = logits.astype(np.float32).astype(np.float64)
+    probs = np.exp(logits - logits.max())
+    probs /= probs.sum()
+    above = np.cumsum(probs) - probs  # the row decreases: the mass above each token
+    crossing = int(np.searchsorted(above, 0.5))
+    return logits, float(np.float32(above[crossing] + probs[crossing] / 2))
+
+
+def _top_p_pivot(method: Method) -> SpecBatch:
+    """A bonus-only request on a row whose 244 plateau tokens lie within 0.25% of the top-p pivot's
+    probability, ``top_p`` halfway through the plateau token that crosses it (no token lies near a
+    pivot at float32's rounding).
+
+    A float32 sort-and-cumsum top-p keeps the exact set (105 tokens); a threshold search cut after 18
+    halvings (M40) also keeps the plateau tokens its last interval cannot separate from the pivot: 12
+    here, 7.6% of ``p'``, from 149 to 1,789 float32 ulps of a probability below the pivot's (the mass
+    above them 3e4 to 7e5 ulps past ``top_p``).
+    """
+    row, top_p = _pivot_row()
+    return make_batch(
+        [RequestData(row[None], [], np.zeros((0, PIVOT_VOCAB)), temperature=1.0, seed=121, top_p=top_p)],
+        method=method,
+    )
+
+
 # The shapes, each built for every method whose row in `reference.methods.METHODS` names it, with the
 # mutants each is built to expose.
 SHAPES: dict[str, Callable[[Method], SpecBatch]] = {
@@ -163,6 +344,12 @@ SHAPES: dict[str, Callable[[Method], SpecBatch]] = {
     "synthetic": lambda method: _synthetic(),  # M22
     "nan rows": _nan_rows,  # M17
     "underflow": _underflow,  # M27
+    "filter order": _filter_order,  # M35 M39
+    "top-p boundary": _top_p_boundary,  # M37
+    "filtered drafts": _filtered_drafts,  # M33 M36
+    "min-p near 1": _min_p_near_one,  # M34
+    "mixed filters": _mixed_filters,  # M38 M39
+    "top-p pivot": _top_p_pivot,  # M40
 }
 
 

@@ -117,7 +117,19 @@ class Probabilistic(Method):
     kernel_code = 0
     uses_draft_law = True
     strategy_weight = 2  # the most rules (ratio, residual, fallback), and what engines run by default
-    targeted = ("verification", "zero-mass drafts", "greedy and slots", "nan rows", "underflow")
+    targeted = (
+        "verification",
+        "zero-mass drafts",
+        "greedy and slots",
+        "nan rows",
+        "underflow",
+        "filter order",
+        "top-p boundary",
+        "filtered drafts",
+        "min-p near 1",
+        "mixed filters",
+        "top-p pivot",
+    )
 
     def accept_probability(self, target: F64Array, draft: F64Array, token: int, rate: float) -> float:
         """``P(p > u * q)`` for ``u ~ U[0, 1)``: ``min(1, p / q)``; 1 if ``q = 0 < p``; 0 if ``p = 0``."""
@@ -141,7 +153,7 @@ class Strict(Method):
     name = "strict"
     kernel_code = 1
     decides_by_sampling = True
-    targeted = ("verification",)
+    targeted = ("verification", "filter order", "top-p boundary")
 
     def accept_probability(self, target: F64Array, draft: F64Array, token: int, rate: float) -> float:
         """``p(d)``."""
@@ -189,7 +201,15 @@ class Block(Method):
     uses_draft_law = True
     verifies_jointly = True
     strategy_weight = 2  # the most rules (weights, keep probabilities, weighted residual, fallback)
-    targeted = ("verification", "block", "zero-mass drafts", "greedy and slots", "nan rows", "underflow")
+    targeted = (
+        "verification",
+        "block",
+        "zero-mass drafts",
+        "greedy and slots",
+        "nan rows",
+        "underflow",
+        "filtered drafts",
+    )
 
 
 METHODS: dict[str, Method] = {m.name: m for m in (Strict(), Probabilistic(), Synthetic(), Block())}

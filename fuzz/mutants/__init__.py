@@ -4,7 +4,10 @@ Each mutant is the walk (`reference.walk.WalkSampler`, exact on the canonical st
 stage overridden the way a shipped bug changed it; M23 plants its bug in the Triton kernel's
 source. M28-M30 plant block-verification bugs (`reference.block`) in the walk's block stages. M31
 runs the walk on streams of its own that repeat shifted across steps, M32 mishandles a degenerate
-draft row (one equal to its target row) and nothing else.
+draft row (one equal to its target row) and nothing else. M33-M40 plant filtered-verification bugs
+(`reference.filters`): each declares every filter, as the walk does, and is the walk on a batch
+without sampling parameters; most read the rows through a `reference.law.BatchRows` whose filtering
+misbehaves.
 `MUTANTS` maps the id to where it lives and which checks are expected to kill it; docs/bugs.md lists
 each bug with its public source.
 """
@@ -104,6 +107,26 @@ _PLANTED = {
     "m32_equal_row_self_drafted:EqualRowSelfDrafted": (
         "one draft row equal to its target row: the request read as self-drafted",
         "law_of_m law_of_y marginal",
+    ),
+    "m33_raw_draft_law_in_ratio:RawDraftLawInRatio": (
+        "filtered drafts verified with the raw draft law q",
+        "law_of_m",
+    ),
+    "m34_min_p_at_bonus_only:MinPAtBonusOnly": ("min-p applied to the bonus row only", "invariants"),
+    "m35_top_p_before_top_k:TopPBeforeTopK": ("top-p applied before top-k", "invariants"),
+    "m36_zero_mass_draft_at_zero_coin:ZeroMassDraftAtZeroCoin": (
+        "filtered path: draft of zero filtered mass accepted at a zero coin",
+        "invariants",
+    ),
+    "m37_top_p_boundary_dropped:TopPBoundaryDropped": ("top-p boundary token dropped", "invariants law_of_y"),
+    "m38_argmax_on_filtered_batches:ArgmaxOnFilteredBatches": (
+        "filtered path: argmax where the law should be sampled",
+        "law_of_y",
+    ),
+    "m39_filters_dropped:FiltersDropped": ("sampling parameters dropped", "invariants"),
+    "m40_truncated_top_p_search:TruncatedTopPSearch": (
+        "top-p by a threshold search cut after 18 halvings",
+        "invariants coupled",
     ),
 }
 # Mutants whose bug needs a batch past 2**31 logits in one call: they run in the GPU tier only.
