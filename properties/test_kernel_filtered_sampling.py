@@ -105,8 +105,11 @@ def test_the_filter_masks_what_the_specification_drops() -> None:
     assert torch.equal(filtered.target_logits[greedy], batch.target_logits[greedy])
 
 
-def test_the_sampler_declares_filters_where_they_are_affordable() -> None:
-    """On a machine without a GPU the sampler declares no filter (unless asked), so the harness sends
-    it none; asked, it declares them all."""
+def test_the_sampler_declares_filters_only_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """By default the sampler declares no filter, so the harness sends it none; asked (argument or
+    ``SPECSAMPLE_FILTERS=1``), it declares them all."""
+    monkeypatch.delenv("SPECSAMPLE_FILTERS", raising=False)
     assert TritonRejectionSampler().capabilities.filters == ()
+    monkeypatch.setenv("SPECSAMPLE_FILTERS", "1")
+    assert TritonRejectionSampler().capabilities.filters == FILTER_FLAGS
     assert TritonRejectionSampler(filters=FILTER_FLAGS).capabilities.filters == FILTER_FLAGS

@@ -22,8 +22,10 @@ def test_a_correct_sampler_passes_and_a_planted_bug_fails(pytester: pytest.Pytes
     correct = pytester.runpytest_subprocess("--specsample-variant", "walk", *options)
     outcomes = correct.parseoutcomes()
     from specsample.fuzz.targeted import targeted_batches
+    from specsample.reference.walk import WalkSampler
 
-    expected = len(targeted_batches()) + 1  # one test per targeted case, and the search
+    # One test per targeted case inside the walk's capabilities (the filtered ones too), and the search.
+    expected = len(targeted_batches(capabilities=WalkSampler.capabilities)) + 1
     assert outcomes.get("passed", 0) == expected and "failed" not in outcomes, correct.stdout.str()
     planted = pytester.runpytest_subprocess("--specsample-variant", "M03", "-x", *options)
     assert planted.parseoutcomes().get("failed") == 1, planted.stdout.str()
