@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from specsample.reference.contract import Capabilities, RequestData, make_batch
 from specsample.reference.filters import (
     FilterParams,
+    kept_bounds,
     kept_tokens,
     near_pivot,
     pivot_band,
@@ -316,3 +317,17 @@ def test_capabilities_keep_undeclared_filters_away() -> None:
     assert "draft_filter (the sampler does not take it)" in Capabilities(filters=("top_p",)).not_checked()
     with pytest.raises(ValueError, match=r"capabilities.filters is \('top_q',\)"):
         Capabilities(filters=("top_q",)).validate()
+
+
+def test_a_near_pivot_counts_only_where_the_later_filters_keep_it() -> None:
+    """A token within rounding of the k-th value that top-p drops either way is no near pivot (a
+    sampler keeps or drops it at top-k, and top-p then drops it): the kept sets without and with the
+    near pivots are both the exact one. Without top-p it is one."""
+    logits = np.log(np.array([[0.3, 0.25, 0.2, 0.2 * (1 - 1e-9), 0.05]]))
+    both = _params(top_k=3, top_p=0.5)
+    lower, upper = kept_bounds(logits, np.ones(1), both, pivot_band(4.0))
+    exact = kept_tokens(logits, np.ones(1), both)
+    assert exact[0].tolist() == [True, True, False, False, False]
+    assert np.array_equal(lower, exact) and np.array_equal(upper, exact)
+    only_k = near_pivot(logits, np.ones(1), _params(top_k=3), pivot_band(4.0))
+    assert only_k[0].tolist() == [False, False, False, True, False]

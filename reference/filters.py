@@ -24,8 +24,9 @@ says the sampler filters them; otherwise the draft logits already are the law th
 Rounding. A token whose membership depends on rounding is a *near pivot*: its log-probability within
 the sampler's declared filter tolerance of the min-p threshold or of the ``k``-th value (distinct from
 it: exact ties are kept whole by every value-pivot sampler), or the mass above it within the tolerance
-of ``top_p`` (`pivot_band`). `near_pivot` gives them; the walk decides every row twice more, once
-without them and once with them, and a decision that changes is a near tie.
+of ``top_p`` (`pivot_band`), at a stage whose later stages still keep it. `kept_bounds` gives the
+kept set without and with them, `near_pivot` the difference; the walk decides every row twice more,
+once on each, and a decision that changes is a near tie.
 """
 
 from __future__ import annotations
@@ -170,20 +171,26 @@ def pivot_band(ulps: float) -> PivotBand:
     return PivotBand(log_prob=ulps * FP32_EPS, mass=ulps * FP32_EPS)
 
 
-def near_pivot(logits: F64Array, temperature: F64Array, params: FilterParams, band: PivotBand) -> BoolArray:
-    """``[A, V]`` the tokens whose membership of the kept set float rounding within ``band`` could flip.
+def kept_bounds(
+    logits: F64Array, temperature: F64Array, params: FilterParams, band: PivotBand
+) -> tuple[BoolArray, BoolArray]:
+    """``([A, V], [A, V])`` the tokens every sampler within ``band`` keeps, and those some such sampler
+    may keep: the kept set without, and with, its near pivots.
 
-    A token is near a pivot when its log-probability lies within the band of the min-p threshold, or
-    of the ``k``-th kept value while differing from it (exact ties are kept whole), or when the mass
-    above it lies within the band of ``top_p``. Only rows that filter and sample have any.
+    Stage by stage on the exact chain's pivots, a token is near a pivot when its log-probability lies
+    within the band of the min-p threshold, or of the ``k``-th kept value while differing from it
+    (exact ties are kept whole), or when the kept mass above it lies within the band of ``top_p``; it
+    then goes either way at that stage, and the later stages still apply to it. The row's largest
+    token is always kept. Only rows that filter and sample have near pivots.
     """
     logits = np.atleast_2d(np.asarray(logits, dtype=np.float64))
     temperature = np.broadcast_to(np.asarray(temperature, dtype=np.float64), logits.shape[:1])
+    exact = kept_tokens(logits, temperature, params)
+    lower, upper = exact.copy(), exact.copy()
     vocab_size = logits.shape[-1]
-    near = np.zeros(logits.shape, dtype=bool)
     rows = np.nonzero(params.active(vocab_size) & (temperature > 0))[0]
     if rows.size == 0:
-        return near
+        return lower, upper
     t = temperature[rows][:, None]
     probs = _probs(logits[rows], temperature[rows])
     finite = np.isfinite(logits[rows])
@@ -191,27 +198,46 @@ def near_pivot(logits: F64Array, temperature: F64Array, params: FilterParams, ba
     log_band = band.log_prob * (1.0 + scale)
     with np.errstate(divide="ignore"):
         log_probs = np.log(probs)
-    keep = np.ones(probs.shape, dtype=bool)
+    keep = np.ones(probs.shape, dtype=bool)  # the exact chain before each stage
+    low, high = keep.copy(), keep.copy()
+
+    def stage(kept: BoolArray, near: BoolArray) -> None:
+        nonlocal keep, low, high
+        low &= kept & ~near
+        high &= kept | near
+        keep &= kept
+
     min_p = params.min_p[rows][:, None]
-    with np.errstate(divide="ignore"):
-        threshold = np.log(np.where(min_p > 0, min_p, 1.0)) + log_probs.max(axis=-1, keepdims=True)
     by_min_p = min_p > 0
-    with np.errstate(invalid="ignore"):
-        near[rows] |= by_min_p & (np.abs(log_probs - threshold) <= log_band)
-    keep &= ~by_min_p | (probs >= min_p * probs.max(axis=-1, keepdims=True))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        threshold = np.log(np.where(by_min_p, min_p, 1.0)) + log_probs.max(axis=-1, keepdims=True)
+        stage(
+            ~by_min_p | (probs >= min_p * probs.max(axis=-1, keepdims=True)),
+            by_min_p & (np.abs(log_probs - threshold) <= log_band),
+        )
     k = params.top_k[rows]
     by_k = ((k > 0) & (k < vocab_size))[:, None]
     kth = _kth_largest(probs, keep, k)[:, None]
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"):
         log_kth = np.log(np.maximum(kth, 0.0))
-    with np.errstate(invalid="ignore"):
-        near[rows] |= by_k & (probs != kth) & (np.abs(log_probs - log_kth) <= log_band) & (probs > 0)
-    keep &= ~by_k | (probs >= kth)
+        stage(
+            ~by_k | (probs >= kth),
+            by_k & (probs != kth) & (np.abs(log_probs - log_kth) <= log_band) & (probs > 0),
+        )
     top_p = params.top_p[rows][:, None]
+    above = _mass_above(probs, keep)
     mass_band = band.mass * np.sqrt(vocab_size)
-    near[rows] |= (top_p < 1.0) & keep & (np.abs(_mass_above(probs, keep) - top_p) <= mass_band)
-    near[rows] &= probs < probs.max(axis=-1, keepdims=True)  # every filter keeps the largest
-    return near
+    stage((top_p >= 1.0) | (above < top_p), (top_p < 1.0) & (np.abs(above - top_p) <= mass_band))
+    largest = probs >= probs.max(axis=-1, keepdims=True)  # every filter keeps the largest
+    lower[rows], upper[rows] = low | largest, high | largest
+    return lower, upper
+
+
+def near_pivot(logits: F64Array, temperature: F64Array, params: FilterParams, band: PivotBand) -> BoolArray:
+    """``[A, V]`` the tokens whose membership of the kept set rounding within ``band`` could flip: those
+    some sampler within the band keeps and another drops (`kept_bounds`)."""
+    lower, upper = kept_bounds(logits, temperature, params, band)
+    return upper & ~lower
 
 
 def pivot_slack(logits: F64Array, temperature: F64Array, params: FilterParams, band: PivotBand) -> F64Array:
@@ -219,13 +245,12 @@ def pivot_slack(logits: F64Array, temperature: F64Array, params: FilterParams, b
     of the kept set with every near pivot over its mass without them (0 where a row has none)."""
     logits = np.atleast_2d(np.asarray(logits, dtype=np.float64))
     temperature = np.broadcast_to(np.asarray(temperature, dtype=np.float64), logits.shape[:1])
-    kept = kept_tokens(logits, temperature, params)
-    near = near_pivot(logits, temperature, params, band)
-    if not near.any():
+    low, high = kept_bounds(logits, temperature, params, band)
+    if not (high & ~low).any():
         return np.zeros(logits.shape[0])
     probs = _probs(logits, np.where(temperature > 0, temperature, 1.0))
-    upper = np.where(kept | near, probs, 0.0).sum(axis=-1)
-    lower = np.where(kept & ~near, probs, 0.0).sum(axis=-1)
+    upper = np.where(high, probs, 0.0).sum(axis=-1)
+    lower = np.where(low, probs, 0.0).sum(axis=-1)
     with np.errstate(divide="ignore"):
         return np.asarray(np.where(lower > 0, np.log(upper) - np.log(np.where(lower > 0, lower, 1.0)), 0.0))
 

@@ -38,7 +38,7 @@ import torch
 
 from . import block, methods
 from .contract import FP32_TINY, Arithmetic, SpecBatch, validate_batch
-from .filters import FilterParams, PivotBand, kept_tokens, near_pivot
+from .filters import FilterParams, PivotBand, kept_bounds, kept_tokens
 
 F64Array = npt.NDArray[np.float64]
 I64Array = npt.NDArray[np.int64]
@@ -216,11 +216,12 @@ class BatchRows:
         if self.filters is None:
             return logits
         params, temperature = self.filters.take(requests), self.temperature[requests]
-        kept = kept_tokens(logits, temperature, params)
-        if self.pivots != "exact":
+        if self.pivots == "exact":
+            kept = kept_tokens(logits, temperature, params)
+        else:
             assert self.band is not None
-            near = near_pivot(logits, temperature, params, self.band)
-            kept = (kept & ~near) if self.pivots == "lower" else (kept | near)
+            lower, upper = kept_bounds(logits, temperature, params, self.band)
+            kept = lower if self.pivots == "lower" else upper
         return np.asarray(np.where(kept, logits, -np.inf), dtype=np.float64)
 
     def raw_target_rows(self, requests: I64Array, position: npt.ArrayLike) -> F64Array:
