@@ -16,7 +16,7 @@ import numpy.typing as npt
 import torch
 
 from specsample.reference.contract import SpecBatch, SpecOutput
-from specsample.reference.filters import FILTERS
+from specsample.reference.filters import FILTER_OFF, FILTERS
 
 I64Array = npt.NDArray[np.int64]
 
@@ -150,7 +150,7 @@ def _joined_parameter(batches: Sequence[SpecBatch], name: str) -> torch.Tensor |
     batch without it contributes its "off" value)."""
     if all(getattr(b, name) is None for b in batches):
         return None
-    off = {"top_k": 0, "top_p": 1.0, "min_p": 0.0}[name]
+    off = FILTER_OFF[name]
     given = next(getattr(b, name) for b in batches if getattr(b, name) is not None)
     return torch.cat(
         [

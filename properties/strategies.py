@@ -32,7 +32,7 @@ from specsample.reference.contract import (
     SpecBatch,
     make_batch,
 )
-from specsample.reference.filters import FILTERS, FilterParams, filter_logits
+from specsample.reference.filters import FILTER_OFF, FILTERS, FilterParams, filter_logits
 from specsample.reference.law import row_probs
 from specsample.reference.methods import METHODS as METHOD_TABLE
 from specsample.reference.synthetic import conditional_rates, synthetic_params
@@ -343,9 +343,7 @@ def filter_settings(draw: st.DrawFn, mix: str, vocab_size: int, taken: Sequence[
             "top_p": draw(st.floats(0.25, 0.75, width=32)),
             "min_p": draw(st.sampled_from([0.0, 0.5, 0.8])),
         }
-    off = FilterParams.off(1)
-    defaults = {"top_k": int(off.top_k[0]), "top_p": float(off.top_p[0]), "min_p": float(off.min_p[0])}
-    return {name: settings[name] if name in taken else defaults[name] for name in FILTERS}
+    return {name: settings[name] if name in taken else FILTER_OFF[name] for name in FILTERS}
 
 
 def _filter_params(settings: dict[str, Any], rows: int) -> FilterParams:

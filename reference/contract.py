@@ -26,7 +26,7 @@ from typing import Literal, Protocol, runtime_checkable
 import numpy as np
 import torch
 
-from .filters import FILTER_FLAGS, FILTERS
+from .filters import FILTER_FLAGS, FILTER_OFF, FILTERS
 from .methods import METHODS as METHOD_TABLE
 from .methods import MethodName as Method
 from .schemes import RandomScheme
@@ -629,12 +629,12 @@ def make_batch(
     elif slots is not None:
         raise _fail("slots", "is given but the requests have no draft logits")
     rates = None if synthetic_rates is None else np.asarray(synthetic_rates, dtype=np.float64)
-    off = {"top_k": (0, torch.int32), "top_p": (1.0, torch.float32), "min_p": (0.0, torch.float32)}
+    dtypes = {"top_k": torch.int32, "top_p": torch.float32, "min_p": torch.float32}
     params = {
-        name: torch.tensor([getattr(r, name) for r in requests], dtype=dtype, device=dev)
-        if any(getattr(r, name) != default for r in requests)
+        name: torch.tensor([getattr(r, name) for r in requests], dtype=dtypes[name], device=dev)
+        if any(getattr(r, name) != FILTER_OFF[name] for r in requests)
         else None
-        for name, (default, dtype) in off.items()
+        for name in FILTERS
     }
     batch = SpecBatch(
         target_logits=torch.cat(targets).to(dev, dtype),

@@ -43,6 +43,8 @@ BoolArray = npt.NDArray[np.bool_]
 # The filter parameters a batch may carry, and the batch flag for filtering draft logits.
 FILTERS = ("top_k", "top_p", "min_p")
 FILTER_FLAGS = (*FILTERS, "draft_filter")
+# Each parameter's "off" value.
+FILTER_OFF = {"top_k": 0, "top_p": 1.0, "min_p": 0.0}
 # float32's unit roundoff.
 FP32_EPS = 2.0**-24
 
