@@ -25,7 +25,6 @@ from specsample.kernels.filters import (
     WAYS,
     apply_thresholds,
     default_block_v,
-    filter_threshold_kernel,
     filter_thresholds,
 )
 from specsample.reference.filters import FilterParams, kept_tokens, near_pivot, pivot_band, processed_probs
@@ -93,28 +92,22 @@ def _rows(
     )
 
 
-def _thresholds(rows: Rows, block_v: int | None = None) -> npt.NDArray[np.float32]:
+def _thresholds(rows: Rows, block_v: int | None = None, chunks: int | None = None) -> npt.NDArray[np.float32]:
     temperature, top_k, top_p, min_p = rows.tensors()
     assert temperature is not None
-    t = filter_thresholds(rows.logits, temperature, top_k, top_p, min_p, block_v=block_v)
+    t = filter_thresholds(rows.logits, temperature, top_k, top_p, min_p, block_v=block_v, chunks=chunks)
     assert t.shape == (rows.logits.shape[0],) and t.dtype == torch.float32 and t.device == rows.logits.device
     return t.cpu().numpy()
 
 
 def _cut_short(rows: Rows, passes: int, ways: int = WAYS, block_v: int = 64) -> npt.NDArray[np.float32]:
-    """The kernel launched directly, its ``ways``-way searches stopped after ``passes`` passes."""
+    """The thresholds with the ``ways``-way searches stopped after ``passes`` passes."""
     temperature, top_k, top_p, min_p = rows.tensors()
     assert temperature is not None
-    out = torch.empty(rows.logits.shape[0], dtype=torch.float32, device=DEVICE)
-    with np.errstate(all="ignore"):  # as `filter_thresholds` launches it on the CPU
-        filter_threshold_kernel[(rows.logits.shape[0],)](
-            rows.logits, temperature, top_k if top_k is not None else temperature,
-            top_p if top_p is not None else temperature, min_p if min_p is not None else temperature, out,
-            rows.logits.stride(0), rows.logits.shape[1], HAS_TOP_K=top_k is not None,
-            HAS_TOP_P=top_p is not None, HAS_MIN_P=min_p is not None, PASSES=passes, WAYS=ways,
-            BLOCK_V=block_v,
-        )  # fmt: skip
-    return out.cpu().numpy()
+    t = filter_thresholds(
+        rows.logits, temperature, top_k, top_p, min_p, block_v=block_v, search_passes=passes, search_ways=ways
+    )
+    return t.cpu().numpy()
 
 
 @dataclass(frozen=True)
@@ -255,16 +248,19 @@ def filtered_rows(draw: st.DrawFn) -> tuple[Rows, int | None]:
     block_v = draw(st.sampled_from((None, 16, 64, 256)))
     if block_v is not None and vocab_size > 8 * block_v:
         block_v = None
-    return rows, block_v
+    # Rows shared by several programs, as on a GPU (one chunk is the interpreter's default).
+    chunks = draw(st.sampled_from((None, 1, 2, 3, 8)))
+    return rows, block_v, chunks
 
 
 @given(case=filtered_rows())
-def test_thresholds_keep_the_specification_kept_set(case: tuple[Rows, int | None]) -> None:
+def test_thresholds_keep_the_specification_kept_set(case: tuple[Rows, int | None, int | None]) -> None:
     """The kernel's ``{z >= t}`` equals `reference.filters.kept_tokens` except near pivots and
-    negligible tokens; the max is kept; ``t`` is ``-inf`` or a logit of its row; greedy rows, rows
-    without a finite logit and rows with ``+inf`` logits keep everything."""
-    rows, block_v = case
-    comparison = _check(rows, _thresholds(rows, block_v))
+    negligible tokens, however many programs share a row; the max is kept; ``t`` is ``-inf`` or a
+    logit of its row; greedy rows, rows without a finite logit and rows with ``+inf`` logits keep
+    everything."""
+    rows, block_v, chunks = case
+    comparison = _check(rows, _thresholds(rows, block_v, chunks))
     event(f"near-pivot differences: {min(comparison.near_differences, 1)}")
     event(f"negligible differences: {min(comparison.negligible_differences, 1)}")
 
@@ -395,11 +391,12 @@ def test_every_search_width_finds_the_same_thresholds(ways: int, passes: int) ->
 # Memory: rows are read within their vocabulary
 
 
-@pytest.mark.parametrize("block_v", [16, 64, None])
+@pytest.mark.parametrize(("block_v", "chunks"), [(16, None), (16, 2), (16, 3), (64, None), (None, None)])
 @pytest.mark.parametrize("pad", [INF, 1e30, NAN, -INF])
-def test_rows_are_read_within_their_vocabulary(block_v: int | None, pad: float) -> None:
+def test_rows_are_read_within_their_vocabulary(block_v: int | None, chunks: int | None, pad: float) -> None:
     """Rows of a strided view whose padding holds ``pad``: the thresholds are those of a contiguous copy,
-    and the padding is never kept, counted or summed (any read of it would change them)."""
+    and the padding is never kept, counted or summed (any read of it would change them), whether one
+    program or several (chunks of whole tiles, the last one short) read a row."""
     rng = np.random.default_rng(7)
     vocab_size, stride = 37, 53
     storage = np.full((3, stride), pad)
@@ -411,8 +408,8 @@ def test_rows_are_read_within_their_vocabulary(block_v: int | None, pad: float) 
         view.cpu().numpy(), [1.0, 0.5, 2.0], top_k=[3, 0, 36], top_p=[1.0, 0.7, 0.95], min_p=[0.0, 0.01, 0.2]
     )
     as_view = Rows(view, copy.temperature, copy.top_k, copy.top_p, copy.min_p)
-    thresholds = _thresholds(as_view, block_v)
-    np.testing.assert_array_equal(thresholds, _thresholds(copy, block_v))
+    thresholds = _thresholds(as_view, block_v, chunks)
+    np.testing.assert_array_equal(thresholds, _thresholds(copy, block_v, chunks))
     _check(as_view, thresholds)
     assert (thresholds > -INF).all()
 
