@@ -156,7 +156,9 @@ def _counts_from(row_ptr, begin, end, cuts, BLOCK_V: tl.constexpr, WAYS: tl.cons
     while tile_start < end:
         x, in_vocab = _tile(row_ptr, tile_start, end, BLOCK_V)
         keys = _keys(x, in_vocab)
-        counts += tl.sum((keys[:, None] >= cuts[None, :]).to(tl.int32), axis=0)
+        # A tile below the least cut (lane 0's) counts nothing at any cut.
+        if tl.max(keys, axis=0) >= tl.min(cuts, axis=0):
+            counts += tl.sum((keys[:, None] >= cuts[None, :]).to(tl.int32), axis=0)
         tile_start += BLOCK_V
     return counts
 
@@ -174,9 +176,13 @@ def _masses_above(row_ptr, begin, end, cuts, row_max, inv_temperature,
     tile_start = begin
     while tile_start < end:
         x, in_vocab = _tile(row_ptr, tile_start, end, BLOCK_V)
-        weights = tl.where(in_vocab, tl.exp(scaled_logit(x, row_max, inv_temperature)), 0.0)
-        above = _keys(x, in_vocab)[:, None] > cuts[None, :]
-        masses += tl.sum(tl.where(above, weights[:, None], 0.0), axis=0)
+        keys = _keys(x, in_vocab)
+        # A tile at or below the least cut (lane 0's) adds nothing above any cut: skipping it adds
+        # zeros, which leaves every sum as it was.
+        if tl.max(keys, axis=0) > tl.min(cuts, axis=0):
+            weights = tl.where(in_vocab, tl.exp(scaled_logit(x, row_max, inv_temperature)), 0.0)
+            above = keys[:, None] > cuts[None, :]
+            masses += tl.sum(tl.where(above, weights[:, None], 0.0), axis=0)
         tile_start += BLOCK_V
     return masses
 

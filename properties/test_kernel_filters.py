@@ -421,11 +421,13 @@ def test_rows_are_read_within_their_vocabulary(block_v: int | None, chunks: int 
 def test_apply_thresholds_masks_below_the_threshold() -> None:
     """`apply_thresholds` keeps ``z >= t`` in the logits' dtype, and sets the rest and every NaN to -inf."""
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
-        logits = torch.tensor([[1.0, NAN, 0.5, -INF, 0.25], [NAN, 0.0, -1.0, 2.0, -INF]], dtype=dtype)
-        masked = apply_thresholds(logits, torch.tensor([0.5, -INF]))
-        assert masked.dtype == dtype
+        logits = torch.tensor([[1.0, NAN, 0.5, -INF, 0.25], [NAN, 0.0, -1.0, 2.0, -INF]], dtype=dtype).to(
+            DEVICE
+        )
+        masked = apply_thresholds(logits, torch.tensor([0.5, -INF], device=DEVICE))
+        assert masked.dtype == dtype and masked.device == logits.device
         expected = torch.tensor([[1.0, -INF, 0.5, -INF, -INF], [-INF, 0.0, -1.0, 2.0, -INF]], dtype=dtype)
-        assert torch.equal(masked, expected)
+        assert torch.equal(masked.cpu(), expected)
     with pytest.raises(ValueError, match=r"thresholds is \(3,\); expected \[R\] = \[2\]"):
         apply_thresholds(torch.zeros(2, 4), torch.zeros(3))
 
