@@ -502,17 +502,26 @@ def test_bad_inputs_raise_naming_the_argument_and_value(case: str, message: str)
 
 
 def test_bad_tile_width_and_unchecked_values() -> None:
-    """A tile width that is no power of two >= 16 is refused; with values unchecked, out-of-range
-    parameters still keep the max: ``k < 0`` is off, ``min_p >= 1`` and ``top_p <= 0`` keep its ties."""
-    logits = torch.tensor([[3.0, 1.0, 3.0, 2.0]] * 3)
-    with pytest.raises(ValueError, match=r"block_v is 24; expected a power of two >= 16"):
-        filter_thresholds(logits, torch.ones(3), block_v=24)
+    """A tile width that is no power of two >= 16, a search width that is no power of two >= 2, no
+    pass or no chunk is refused; with values unchecked, out-of-range parameters still keep the max:
+    ``k < 0`` is off, ``min_p >= 1`` and ``top_p <= 0`` keep its ties."""
+    logits = torch.tensor([[3.0, 1.0, 3.0, 2.0]] * 3, device=DEVICE)
+    ones = torch.ones(3, device=DEVICE)
+    refused = {
+        r"block_v is 24; expected a power of two >= 16": {"block_v": 24},
+        r"search_ways is 12; expected a power of two >= 2": {"search_ways": 12},
+        r"search_passes is 0; expected an int >= 1": {"search_passes": 0},
+        r"chunks is 0; expected an int >= 1": {"chunks": 0},
+    }
+    for message, bad in refused.items():
+        with pytest.raises(ValueError, match=message):
+            filter_thresholds(logits, ones, **bad)  # type: ignore[arg-type]
     t = filter_thresholds(
         logits,
-        torch.ones(3),
-        torch.tensor([-2, 0, 0]),
-        torch.tensor([1.0, 1.0, 0.0]),
-        torch.tensor([0.0, 1.5, 0.0]),
+        ones,
+        torch.tensor([-2, 0, 0], device=DEVICE),
+        torch.tensor([1.0, 1.0, 0.0], device=DEVICE),
+        torch.tensor([0.0, 1.5, 0.0], device=DEVICE),
         check_values=False,
     )
-    np.testing.assert_array_equal(t.numpy(), [-INF, 3.0, 3.0])
+    np.testing.assert_array_equal(t.cpu().numpy(), [-INF, 3.0, 3.0])
