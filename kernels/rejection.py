@@ -687,10 +687,19 @@ def filter_batch(batch: SpecBatch) -> SpecBatch:
     )
 
 
-# The sampler declares the sampling parameters only when asked (`TritonRejectionSampler`): under the
-# interpreter a filtered row costs 0.05 to 0.5 s, and on a GPU the threshold search is milliseconds a
-# call (benchmarks/RESULTS.md), too slow for the property tiers as they are sized.
+# Whether the sampler declares the sampling parameters (`TritonRejectionSampler`): "1" or "0"; unset,
+# it declares them where its kernels run on a GPU, and not under the interpreter, where a filtered row
+# costs 0.05 to 0.5 s (too slow for the CPU suite's statistical checks as they are sized).
 FILTERS_ENV = "SPECSAMPLE_FILTERS"
+
+
+def declares_filters() -> bool:
+    """Whether a `TritonRejectionSampler` declares its filters by default: as `FILTERS_ENV` says, else
+    where the kernels are compiled for a GPU (``TRITON_INTERPRET`` unset or ``0``)."""
+    asked = os.environ.get(FILTERS_ENV)
+    if asked is not None:
+        return asked != "0"
+    return os.environ.get("TRITON_INTERPRET", "0") in ("", "0")
 
 
 class TritonRejectionSampler:
@@ -699,9 +708,9 @@ class TritonRejectionSampler:
     Args:
         check_values: passed to `rejection_sample` (default: on for CPU tensors or when the
             ``SPECSAMPLE_CHECK_VALUES`` environment variable asks).
-        filters: the sampling parameters its capabilities declare (default: none, or every one when
-            ``SPECSAMPLE_FILTERS=1``). The kernels apply them whatever is declared; the declaration
-            says what the harness sends it.
+        filters: the sampling parameters its capabilities declare (default: every one on a GPU,
+            none under the interpreter; ``SPECSAMPLE_FILTERS=1`` or ``0`` decides instead). The
+            kernels apply them whatever is declared; the declaration says what the harness sends it.
     """
 
     name = "triton"
@@ -710,7 +719,7 @@ class TritonRejectionSampler:
     def __init__(self, check_values: bool | None = None, filters: tuple[str, ...] | None = None) -> None:
         self.check_values = check_values
         if filters is None:
-            filters = FILTER_FLAGS if os.environ.get(FILTERS_ENV, "0") != "0" else ()
+            filters = FILTER_FLAGS if declares_filters() else ()
         self.capabilities = Capabilities(methods=KERNEL_METHODS, filters=filters)
 
     def __call__(self, batch: SpecBatch) -> SpecOutput:

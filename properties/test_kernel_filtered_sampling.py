@@ -103,11 +103,19 @@ def test_the_filter_masks_what_the_specification_drops() -> None:
     assert torch.equal(filtered.target_logits[greedy], batch.target_logits[greedy])
 
 
-def test_the_sampler_declares_filters_only_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
-    """By default the sampler declares no filter, so the harness sends it none; asked (argument or
-    ``SPECSAMPLE_FILTERS=1``), it declares them all."""
+def test_the_sampler_declares_filters_on_a_gpu_or_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """By default the sampler declares every filter where its kernels run on a GPU and none under the
+    interpreter; ``SPECSAMPLE_FILTERS=1`` or ``0`` (or the argument) decides instead."""
     monkeypatch.delenv("SPECSAMPLE_FILTERS", raising=False)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert TritonRejectionSampler().capabilities.filters == ()
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    assert TritonRejectionSampler().capabilities.filters == FILTER_FLAGS
+    monkeypatch.delenv("TRITON_INTERPRET")
+    assert TritonRejectionSampler().capabilities.filters == FILTER_FLAGS
+    monkeypatch.setenv("SPECSAMPLE_FILTERS", "0")
     assert TritonRejectionSampler().capabilities.filters == ()
     monkeypatch.setenv("SPECSAMPLE_FILTERS", "1")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
     assert TritonRejectionSampler().capabilities.filters == FILTER_FLAGS
-    assert TritonRejectionSampler(filters=FILTER_FLAGS).capabilities.filters == FILTER_FLAGS
+    assert TritonRejectionSampler(filters=()).capabilities.filters == ()
