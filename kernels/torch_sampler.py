@@ -25,6 +25,7 @@ import torch
 from torch.nn import functional as F
 
 from specsample.reference.contract import FP32_TINY, Capabilities, SpecBatch, SpecOutput, validate_batch
+from specsample.reference.filters import FILTER_FLAGS
 from specsample.reference.law import MAX_TEMPERATURE
 
 _MASK64 = (1 << 64) - 1
@@ -120,9 +121,7 @@ class TorchRejectionSampler:
 
     name = "torch"
     streams = None
-    # It applies sampling parameters (`filter_probs`) but does not declare them yet: on generated flat
-    # rows its float32 kept sets gave logprobs off p' beyond the near-pivot slack (CI, undiagnosed).
-    capabilities = Capabilities(methods=TORCH_METHODS, arithmetic="fp32-probs")
+    capabilities = Capabilities(methods=TORCH_METHODS, arithmetic="fp32-probs", filters=FILTER_FLAGS)
 
     def __call__(self, batch: SpecBatch) -> SpecOutput:
         """Sample ``batch`` on its device."""

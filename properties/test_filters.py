@@ -13,6 +13,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from specsample.kernels.torch_sampler import filter_probs
 from specsample.reference.contract import Capabilities, RequestData, make_batch
 from specsample.reference.filters import (
     FilterParams,
@@ -264,6 +265,25 @@ def test_near_pivots_are_the_tokens_rounding_could_move() -> None:
         np.log([[0.4, 0.2, 0.2 * (1 - 1e-9), 0.2]]), np.ones(1), _params(top_k=2), pivot_band(4.0)
     )
     assert close[0].tolist() == [False, False, True, False]  # only the one below the tied pivot
+
+
+def test_values_within_rounding_of_the_top_p_pivot_are_near_pivots() -> None:
+    """top-p keeps a value prefix, so a token whose log-probability lies within the band of the
+    smallest kept value is a near pivot, as at the k-th value. A float32 sort-and-cumsum top-p (the
+    PyTorch sampler's) sees a flat row at T = 1e4, 2.2e-8 apart in log-probability, as ties and keeps
+    three tokens past the exact cut: inside the 4-ulp bounds, outside the exact ones (0 ulps)."""
+    logits = np.concatenate([[0.0], -7.28 + 2.2e-4 * np.arange(3992)]).astype(np.float32).astype(np.float64)
+    temperature, params = np.array([1e4]), _params(top_p=0.999)
+    probs = torch.softmax(torch.tensor(logits[None], dtype=torch.float32) / 1e4, dim=1)
+    fp32 = (
+        filter_probs(probs, torch.zeros(1, dtype=torch.int64), torch.tensor([0.999]), torch.zeros(1))[0] > 0
+    )
+    kept = fp32.numpy()
+    assert kept.sum() == kept_tokens(logits[None], temperature, params)[0].sum() + 3
+    lower, upper = kept_bounds(logits[None], temperature, params, pivot_band(4.0))
+    assert (lower[0] <= kept).all() and (kept <= upper[0]).all()
+    _, exact_upper = kept_bounds(logits[None], temperature, params, pivot_band(0.0))
+    assert not (kept <= exact_upper[0]).all()
 
 
 # ---------------------------------------------------------------------------------------------

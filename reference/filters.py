@@ -180,9 +180,10 @@ def kept_bounds(
     may keep: the kept set without, and with, its near pivots.
 
     Stage by stage on the exact chain's pivots, a token is near a pivot when its log-probability lies
-    within the band of the min-p threshold, or of the ``k``-th kept value while differing from it
-    (exact ties are kept whole), or when the kept mass above it lies within the band of ``top_p``; it
-    then goes either way at that stage, and the later stages still apply to it. The row's largest
+    within the band of the min-p threshold, or of the ``k``-th kept value or the smallest value top-p
+    keeps while differing from it (exact ties are kept whole; a sampler comparing rounded values may
+    tie the others with it), or when the kept mass above it lies within the band of ``top_p``; it then
+    goes either way at that stage, and the later stages still apply to it. The row's largest
     token is always kept. Only rows that filter and sample have near pivots.
     """
     logits = np.atleast_2d(np.asarray(logits, dtype=np.float64))
@@ -229,7 +230,13 @@ def kept_bounds(
     top_p = params.top_p[rows][:, None]
     above = _mass_above(probs, keep)
     mass_band = band.mass * np.sqrt(vocab_size)
-    stage((top_p >= 1.0) | (above < top_p), (top_p < 1.0) & (np.abs(above - top_p) <= mass_band))
+    by_p = top_p < 1.0
+    kept_p = ~by_p | (above < top_p)
+    # top-p keeps a value prefix too: the smallest value it keeps is compared with, like the k-th.
+    pivot = np.where(keep & kept_p, probs, np.inf).min(axis=-1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        near_value = (probs != pivot) & (np.abs(log_probs - np.log(pivot)) <= log_band) & (probs > 0)
+    stage(kept_p, by_p & ((np.abs(above - top_p) <= mass_band) | near_value))
     largest = probs >= probs.max(axis=-1, keepdims=True)  # every filter keeps the largest
     lower[rows], upper[rows] = low | largest, high | largest
     return lower, upper
