@@ -1,5 +1,5 @@
 """``python -m specsample.fuzz`` (``python -m fuzz`` from the repository root): run, replay, list,
-mutants, certify.
+mutants, certify, mutate.
 
 Exit codes: 0 passed, 1 a check failed (or a mutant survived), 2 a usage or environment error (one
 line naming the argument and the value), 3 inconclusive (nothing failed, but a check ran with less
@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -351,8 +352,133 @@ def cmd_certify(args: argparse.Namespace) -> int:
     return codes.get(status, EXIT_INCONCLUSIVE)
 
 
+def _operators(value: str) -> tuple[str, ...]:
+    from specsample.fuzz.mutate import OPERATORS
+
+    operators = tuple(o.strip() for o in value.split(",") if o.strip())
+    unknown = [o for o in operators if o not in OPERATORS]
+    if unknown or not operators:
+        raise argparse.ArgumentTypeError(
+            f"--operators has {unknown or value!r}; expected a comma list of {', '.join(OPERATORS)}"
+        )
+    return operators
+
+
+def _kernel_files(args: argparse.Namespace, variant: object) -> list[Path]:
+    """The files to mutate: ``--source`` (each must exist, define a ``@triton.jit`` function and be
+    imported by the variant), or the variant's own kernel modules.
+
+    Raises:
+        UsageError: a ``--source`` that does not qualify, or a variant without any kernel.
+    """
+    from specsample.fuzz import mutate
+
+    if not args.source:
+        files = mutate.kernel_files(variant)
+        if not files:
+            raise UsageError(
+                f"--variant is {args.variant!r}, whose code defines no @triton.jit function (nor do the "
+                "modules it imports): nothing to mutate; name the kernel files with --source FILE"
+            )
+        return files
+    imported = {mutate.module_file(m) for m in mutate.variant_modules(variant)}
+    files = []
+    for source in args.source:
+        if not source.is_file():
+            raise UsageError(f"--source is {str(source)!r}, which does not exist")
+        try:
+            defined = mutate.jit_functions(source.read_text(encoding="utf-8"))
+        except (SyntaxError, UnicodeDecodeError) as error:
+            raise UsageError(f"--source is {str(source)!r}, which is not Python source: {error}") from None
+        if not defined:
+            raise UsageError(f"--source is {str(source)!r}, which defines no @triton.jit function")
+        if os.path.realpath(source) not in imported:
+            raise UsageError(f"--source is {str(source)!r}, which variant {args.variant!r} does not import")
+        files.append(source)
+    return files
+
+
+def cmd_mutate(args: argparse.Namespace) -> int:
+    """Mutation-test a variant's @triton.jit kernels: each mutant (a one-place change of the kernel
+    source, in a copy; the files on disk are never written) runs in a process of its own through the
+    campaign of `run`, after a control run of the unmutated variant. Prints the kill matrix and
+    writes it as Markdown (--out) and JSON (--json). Exit 0 when every scored mutant was killed, 1
+    when one survived (or the unmutated variant fails its checks), 3 when no mutant could be scored,
+    130 interrupted (the report of what ran is written)."""
+    from specsample.fuzz import mutate
+
+    for path, option in ((args.out, "--out"), (args.json, "--json")):
+        if path is not None:
+            _writable(path, option, directory=False)
+    variant, _ = _variant_and_methods(args.variant, None)
+    device = _device(args)
+    files = {mutate.shown_path(path): path for path in _kernel_files(args, variant)}
+    mutants = [
+        m
+        for shown, path in files.items()
+        for m in mutate.generate_mutants(path, path.read_text(encoding="utf-8"), shown)
+        if args.operators is None or m.operator in args.operators
+    ]
+    unknown = sorted(set(args.mutant) - {m.id for m in mutants})
+    if unknown:
+        raise UsageError(f"--mutant has {unknown}, which no kernel file of {args.variant!r} gives now")
+    if args.list:
+        for m in mutants:
+            print(f"{m.id}  {m.operator:<14} {m.function} ({m.path}:{m.line})  {m.change}")
+        print(f"{len(mutants)} mutants of {len(files)} files")
+        return EXIT_PASSED
+    options = [("--variant", args.variant)] + [("--source", str(s)) for s in args.source]
+    options += [("--profile", args.profile), ("--device", device)]
+    options += [("--budget-per-mutant", f"{args.budget_per_mutant:g}"), ("--seed", str(args.seed))]
+    replay_base = " ".join([cmdline.program(), "mutate", *(f"{k} {shlex.quote(v)}" for k, v in options)])
+    command = replay_base
+    if args.operators:
+        command += f" --operators {','.join(args.operators)}"
+    if args.sample is not None:
+        command += f" --sample {args.sample}"
+    command += "".join(f" --mutant {shlex.quote(i)}" for i in args.mutant)
+    budget = args.budget_per_mutant
+    report = mutate.mutate(
+        args.variant,
+        files,
+        mutants,
+        count=args.sample,
+        chosen_ids=args.mutant,
+        budget=budget,
+        timeout=args.timeout or mutate.TIMEOUT_FACTOR * budget + mutate.STARTUP_SECONDS,
+        profile=args.profile,
+        device=device,
+        seed=args.seed,
+        control=not args.no_control,
+        command=command,
+        replay_base=replay_base,
+        markdown=args.out,
+        json_path=args.json,
+    )
+    print(report.markdown())
+    control = report.control or {}
+    if control and control["verdict"] not in ("passed", "failed"):
+        raise UsageError(
+            f"the control run of {args.variant!r} could not run ({control['verdict']}): "
+            f"{control.get('message')}"
+        )
+    if control.get("verdict") == "failed":
+        print(
+            f"FAILED: the unmutated variant {args.variant!r} fails check {control.get('check')}: "
+            f"{control.get('message')}; a kill proves nothing until `run` passes it"
+        )
+        return EXIT_FAILED
+    if report.interrupted:
+        return EXIT_INTERRUPTED
+    _, scored = report.score()
+    if report.survivors:
+        return EXIT_FAILED
+    return EXIT_PASSED if scored else EXIT_INCONCLUSIVE
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; its usage lines name the program as the user ran it (`command.program`)."""
+    from specsample.fuzz.mutate import DEFAULT_BUDGET
     from specsample.properties.profiles import PROFILES
 
     parser = argparse.ArgumentParser(
@@ -438,6 +564,35 @@ def build_parser() -> argparse.ArgumentParser:
     cert.add_argument("--out", type=Path, default=Path("certify-report"), help="report directory")
     cert.add_argument("--no-mutants", action="store_true", help="skip the mutant self-test")
     common(cert)
+
+    mut = command("mutate", cmd_mutate, "mutation-test a variant's @triton.jit kernels: the kill matrix")
+    spec_help = "package.module:NAME, path/to/file.py:NAME or a registered name"
+    mut.add_argument("--variant", required=True, help=spec_help)
+    source_help = "a kernel file to mutate (repeatable; default: the variant's modules with @triton.jit code)"
+    mut.add_argument("--source", type=Path, action="append", default=[], help=source_help)
+    budget_help = f"seconds of campaign per mutant (default: {DEFAULT_BUDGET:g})"
+    mut.add_argument(
+        "--budget-per-mutant",
+        type=_number(float, 1e-3, "--budget-per-mutant"),
+        default=DEFAULT_BUDGET,
+        help=budget_help,
+    )
+    timeout_help = "seconds before a mutant's process is ended as timed out (default: 2 x budget + 60)"
+    mut.add_argument("--timeout", type=_number(float, 1, "--timeout"), help=timeout_help)
+    mut.add_argument(
+        "--sample", type=_number(int, 1, "--sample"), help="run this many mutants, drawn at random"
+    )
+    mut.add_argument("--seed", type=int, default=0, help="seed of the sample and the campaigns (default: 0)")
+    mut.add_argument("--operators", type=_operators, help="comma list of operators (default: every one)")
+    mutant_help = "run only this mutant id (repeatable; no control run): a survivor's replay"
+    mut.add_argument("--mutant", action="append", default=[], help=mutant_help)
+    mut.add_argument(
+        "--no-control", action="store_true", help="skip the control run of the unmutated variant"
+    )
+    mut.add_argument("--list", action="store_true", help="list the mutants and exit")
+    mut.add_argument("--out", type=Path, help="write the kill matrix as Markdown to this file")
+    mut.add_argument("--json", type=Path, help="write the kill matrix as JSON to this file")
+    common(mut)
     return parser
 
 
