@@ -78,7 +78,23 @@ BENCHMARKS_DIR = Path(__file__).resolve().parent
 BASELINES = BENCHMARKS_DIR / "baselines"
 AUTHOR_BASELINES = "specsample-baselines"
 MARGIN_PERCENT = report.MARGIN_PERCENT
-COMMAND = "python -m specsample.benchmarks.gate"
+# The gate's module when it was not started with ``python -m`` (a test calling `main`).
+INSTALLED_MODULE = "specsample.benchmarks.gate"
+
+
+def command() -> str:
+    """The gate as the user ran it: the interpreter (its bare name where that is the one on ``PATH``),
+    then ``-m`` and the module (``specsample.benchmarks.gate``, or ``benchmarks.gate`` from the
+    repository root), so every command it prints runs as printed."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    name = getattr(spec, "name", "") or ""
+    module = name if name.split(".")[-2:] == ["benchmarks", "gate"] else INSTALLED_MODULE
+    executable = Path(sys.executable)
+    found = shutil.which(executable.name)
+    python = executable.name if found and Path(found).absolute() == executable.absolute() else str(executable)
+    return f"{shlex.quote(python)} -m {module}"
+
+
 BUNDLED = "triton"
 
 
@@ -225,7 +241,7 @@ def gpu_name() -> str | None:
 
 def record_command(args: argparse.Namespace) -> str:
     """The command that records the baseline these arguments gate against."""
-    words = [COMMAND]
+    words = [command()]
     if args.variant is not None:
         words += ["--variant", shlex.quote(args.variant)]
     if args.baseline is not None:
@@ -324,7 +340,7 @@ class _Parser(argparse.ArgumentParser):
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """The arguments; see the module docstring."""
-    parser = _Parser(prog=COMMAND, description=__doc__.split("\n")[0])
+    parser = _Parser(prog=command(), description=__doc__.split("\n")[0])
     parser.add_argument(
         "--variant",
         metavar="SPEC",

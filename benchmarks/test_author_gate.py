@@ -419,3 +419,17 @@ def test_benchmark_command_runs_from_another_directory(in_author_dir: Path) -> N
     timed = {f"test_gpu_time[{c.id}-mine]" for c in SMOKE_CASES if within(c, mine)}
     assert len(timed) == 2
     assert passed == {("benchmarks.test_latency", name) for name in [*timed, "test_call_latency[mine]"]}
+
+
+@pytest.mark.parametrize("module", ["benchmarks.gate", "specsample.benchmarks.gate"])
+def test_the_usage_line_names_the_module_the_user_ran(module: str) -> None:
+    """``--help`` run as ``python -m benchmarks.gate`` (the repository root) or ``python -m
+    specsample.benchmarks.gate`` (installed) names that module and this interpreter."""
+    root = Path(gate.__file__).resolve().parents[1]
+    shown = subprocess.run(
+        [sys.executable, "-m", module, "--help"], cwd=root, capture_output=True, text=True, timeout=120
+    )
+    assert shown.returncode == 0, shown.stderr
+    usage = shown.stdout.splitlines()[0]
+    assert usage.startswith("usage: ") and f" -m {module} " in f"{usage} "
+    assert Path(usage.split()[1]).name == Path(sys.executable).name

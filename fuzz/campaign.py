@@ -156,7 +156,7 @@ class CampaignResult:
             reasons.append(f"interrupted after {self.seconds:.0f} s of a {self.budget:.0f} s budget")
         if not self.screened:
             reasons.append("no batch was checked: nothing inside the sampler's capabilities, or no time")
-        elif self.search_wanted and not self.searched:
+        elif self.search_wanted and not self.searched and not self.interrupted:
             reasons.append(
                 f"no search batch was checked: the targeted cases took the budget ({self.seconds:.0f} s of "
                 f"{self.budget:.0f}); a larger --budget gives the search its time"

@@ -538,6 +538,8 @@ def build_parser() -> argparse.ArgumentParser:
     mutants.add_argument("--rounds", type=_number(int, 0, "--rounds"), default=1, help=rounds_help)
     search_help = "the search alone: no targeted cases; each mutant gets --budget seconds of search"
     mutants.add_argument("--no-targeted", action="store_true", help=search_help)
+    blind_help = "accepted for the spelling '--blind --no-targeted': every mutant's campaign is blind already"
+    mutants.add_argument("--blind", action="store_true", help=blind_help)
     budget_help = "seconds of search per mutant with --no-targeted (default: 60)"
     mutants.add_argument("--budget", type=_number(float, 1e-3, "--budget"), default=60.0, help=budget_help)
     mutants.add_argument("--seed", type=int, default=0, help="seed of the search (default: 0)")

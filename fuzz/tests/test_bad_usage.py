@@ -118,3 +118,25 @@ def test_an_environment_error_is_not_a_sampler_failure(
     assert code == EXIT_USAGE
     assert "environment error" in capsys.readouterr().err
     assert not corpus.exists() or not any(corpus.iterdir())
+
+
+def test_the_issue_spelling_of_the_search_alone_parses() -> None:
+    """``mutants --blind --no-targeted`` is accepted (every mutant's campaign is blind already): the
+    spelling the self-test's documentation and issues use for the search alone."""
+    from specsample.fuzz.cli import build_parser
+
+    args = build_parser().parse_args(["mutants", "M31", "--blind", "--no-targeted", "--budget", "5"])
+    assert args.blind and args.no_targeted and args.ids == ["M31"]
+
+
+def test_an_interrupted_campaign_says_so_and_not_that_the_budget_ran_out() -> None:
+    """Ctrl-C before any search batch: the reason given is the interrupt, not a budget the targeted
+    cases took; without the interrupt, the budget is the reason."""
+    from specsample.fuzz.campaign import CampaignResult
+
+    stopped = CampaignResult("v", screen_trials=[32, 32], seconds=4.0, budget=60.0, interrupted=True)
+    reasons = stopped.inconclusive_reasons()
+    assert reasons[0] == "interrupted after 4 s of a 60 s budget"
+    assert not any("no search batch" in r for r in reasons)
+    spent = CampaignResult("v", screen_trials=[32, 32], seconds=60.0, budget=60.0)
+    assert any("no search batch was checked" in r for r in spent.inconclusive_reasons())
