@@ -24,7 +24,9 @@ def _rows(rng: np.random.Generator, count: int, scale: float = 1.5) -> np.ndarra
 
 
 def _verification(method: Method) -> SpecBatch:
-    """Three drafts at T = 0.7, every row different, plus a placeholder request and a bonus-only request."""
+    """Three drafts at T = 0.7, every row different, plus a placeholder request, a bonus-only request
+    and a request whose draft is the id ``V`` (out of range by one: a placeholder, which a bound
+    written ``<= V`` reads as a token)."""
     rng = np.random.default_rng(1)
     target, draft = _rows(rng, 4), _rows(rng, 3)
     ids = [int(np.argmax(draft[0])), int(np.argsort(draft[1])[-2]), 17]
@@ -34,6 +36,7 @@ def _verification(method: Method) -> SpecBatch:
             RequestData(target, ids, draft, temperature=0.7, seed=11),
             RequestData(placeholder_target, [3, -1], placeholder_draft, temperature=1.0, seed=12),
             RequestData(_rows(rng, 1), [], np.zeros((0, VOCAB)), temperature=1.3, seed=13),
+            RequestData(_rows(rng, 2), [VOCAB], _rows(rng, 1), temperature=1.0, seed=14),
         ],
         method=method,
     )
