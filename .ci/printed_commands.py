@@ -53,7 +53,8 @@ plugin = [
     "no:cacheprovider",
 ]
 failed = run(plugin, 1)
-line = re.search(r"replay: (pytest --specsample-variant M03 -k '[^']+')", failed)
+replay = r"replay: (\S+ -m pytest --specsample-variant M03 --specsample-profile ci -k '[^']+')"
+line = re.search(replay, failed)
 assert line is not None, failed[-3000:]
 again = run(f"{line.group(1)} -q -p no:cacheprovider", 1)
 assert re.search(r"\b1 failed\b", again) and "passed" not in again, again[-2000:]

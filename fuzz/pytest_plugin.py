@@ -14,8 +14,18 @@ error (pytest's exit code 4, one line), before anything is collected.
 Time: ``--specsample-timeout SECONDS`` (default 600; 0 turns it off) bounds every call of the
 sampler: a call that runs longer fails its test with the call's duration, and a call that cannot be
 interrupted (stuck in native code) ends the run after twice the timeout with every thread's stack
-printed. ``--specsample-budget SECONDS`` bounds the plugin's tests together: the search stops
-drawing batches when it is spent, and a test that would start after it skips, saying so.
+printed. ``--specsample-budget SECONDS`` bounds the plugin's tests together, within `GRACE` of it:
+the targeted cases share `TARGETED_SHARE` of it and the search the rest, as in ``run``. Each test's
+trials are sized to its share of the time left (`fuzz.budget.CostModel`, learned from the session's
+runs; the first measured with a probe, `fuzz.budget.affordable_samples`). A case that ran fewer
+trials than the profile asks and saw nothing wrong is inconclusive, and skips saying so; one whose
+share affords fewer than `FEWEST_TRIALS` skips, saying what it would need; the search screens each
+batch with the trials its share affords, as ``run`` does, and does not shrink a failure (Hypothesis's
+shrinker draws batches past any deadline). The terminal summary gives the time spent,
+and, past the grace, why (one run of the checks is never cut short).
+
+The replay line of a failure names the interpreter (``python -m pytest``, `fuzz.command.python`) and
+the options that size the checks, so that it runs as printed and selects the failed test.
 
 A failed statistical test is never re-run until it passes: each verdict's false-failure rate is
 stated (1e-6 per assertion), so a failure is evidence about the sampler, and re-running it until
@@ -25,9 +35,10 @@ it passes throws that evidence away. Fix the sampler or replay the failure.
 from __future__ import annotations
 
 import re
+import shlex
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -70,7 +81,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         type=float,
         default=None,
         metavar="SECONDS",
-        help="seconds for the plugin's tests together: the search stops and later tests skip when spent",
+        help="seconds for the plugin's tests together: each test's trials are sized to its share of the "
+        "time left (fewer than the profile's: inconclusive, skipped)",
     )
 
 
@@ -96,9 +108,12 @@ def pytest_configure(config: pytest.Config) -> None:
         variant = load_variant(spec)
     except SpecError as error:
         raise pytest.UsageError(f"{VARIANT_OPTION}: {error}") from None
-    config.stash[_STATE] = _State(
-        Timed(variant, config.getoption(TIMEOUT_OPTION)), config.getoption(BUDGET_OPTION)
-    )
+    state = _State(Timed(variant, config.getoption(TIMEOUT_OPTION)), config.getoption(BUDGET_OPTION))
+    if state.budget is not None:
+        from specsample.fuzz.budget import CostModel
+
+        state.cost = CostModel()
+    config.stash[_STATE] = state
 
 
 class VariantTimeout(Exception):
@@ -145,11 +160,16 @@ class Timed:
 
 @dataclass
 class _State:
-    """The resolved sampler and the budget's deadline (set when the first test starts)."""
+    """The resolved sampler, the budget's deadline (set when the first test starts), and what the
+    session's runs of the checks cost (`fuzz.budget.CostModel`, set when a budget is given)."""
 
     variant: Timed
     budget: float | None
     deadline: float | None = None
+    cost: Any = None
+    finished: float | None = None
+    longest: tuple[float, str] = (0.0, "")
+    reduced: list[str] = field(default_factory=list)
 
     def left(self) -> float:
         """Seconds of the budget left (infinite without one); the clock starts at the first call."""
@@ -158,6 +178,48 @@ class _State:
         if self.deadline is None:
             self.deadline = time.monotonic() + self.budget
         return self.deadline - time.monotonic()
+
+    def trials_within(self, batch: Any, seconds: float, wanted: int) -> int:
+        """The trials per request, at most ``wanted``, whose checks of ``batch`` take about ``seconds``.
+
+        Sized as ``run`` sizes its screens: by the cost model of the session's runs. Before the first,
+        the sampler's cost per trial is measured as ``certify`` measures it (one untimed call, then
+        `FIRST_SCREEN_TRIALS` trials per request timed twice), so that a slow sampler's first test is
+        sized for its share rather than run blind.
+        """
+        from specsample.fuzz.budget import CALLS_PER_CHECK_RUN, FIRST_SCREEN_TRIALS, affordable_samples
+
+        if self.budget is None:
+            return wanted
+        if not self.cost.runs:
+            probe_trials = min(wanted, FIRST_SCREEN_TRIALS)
+            probe = affordable_samples(
+                self.variant, [batch], wanted, seconds, _device(), probe_trials=probe_trials
+            )
+            seconds_per_run = CALLS_PER_CHECK_RUN * probe_trials * probe.seconds_per_trial
+            self.cost.record(seconds_per_run, probe_trials, batch)
+        return int(self.cost.trials_within(seconds, batch, wanted))
+
+    def record(self, name: str, seconds: float, trials: int, batch: Any) -> None:
+        """Learn from a run of the checks of ``batch`` at ``trials`` that took ``seconds``."""
+        if self.cost is not None:
+            self.cost.record(seconds, trials, batch)
+        self.longest = max(self.longest, (seconds, name))
+
+    def overrun(self) -> str | None:
+        """Why the plugin's tests ran past the budget plus `GRACE`, or ``None`` when they did not."""
+        from specsample.fuzz.campaign import FEWEST_TRIALS, GRACE
+
+        if self.budget is None or self.deadline is None or self.finished is None:
+            return None
+        spent = self.finished - (self.deadline - self.budget)
+        if spent <= self.budget * (1 + GRACE):
+            return None
+        seconds, name = self.longest
+        return (
+            f"ran {spent:.1f} s on a {self.budget:g} s budget: one run of the checks took {seconds:.1f} s "
+            f"({name}, at least {FEWEST_TRIALS} trials per request), and a run is never cut short"
+        )
 
 
 _STATE = pytest.StashKey[_State]()
@@ -170,6 +232,21 @@ def pytest_collection_modifyitems(
     spec = config.getoption(VARIANT_OPTION)
     if spec:
         items.extend(SpecsampleSuite.from_parent(session, name="specsample", spec=spec).collect())
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """With ``--specsample-budget``: the time the plugin's tests took, the tests that ran fewer trials
+    than the profile asks, and why the budget was overrun, if it was."""
+    state = config.stash.get(_STATE, None)
+    if state is None or state.budget is None or state.deadline is None or state.finished is None:
+        return
+    spent = state.finished - (state.deadline - state.budget)
+    line = f"specsample: {spent:.1f} s of {BUDGET_OPTION} {state.budget:g} s"
+    if state.reduced:
+        line += f"; {len(state.reduced)} ran fewer trials than the profile asks: {', '.join(state.reduced)}"
+    terminalreporter.write_line(line)
+    if reason := state.overrun():
+        terminalreporter.write_line(f"specsample: over budget: {reason}")
 
 
 class SpecsampleSuite(pytest.Collector):
@@ -202,20 +279,56 @@ class _Item(pytest.Item):
         self.variant, self.profile, self.batch = variant, profile, batch
         self.add_marker("specsample")
 
+    @property
+    def state(self) -> _State:
+        return self.config.stash[_STATE]
+
+    def runtest(self) -> None:
+        """Run the test; the budget's clock stops when it ends."""
+        try:
+            self.check()
+        finally:
+            self.state.finished = time.monotonic()
+
+    def check(self) -> None:
+        raise NotImplementedError
+
     def budget_left(self) -> float:
         """Seconds of ``--specsample-budget`` left; skips the test when none is."""
-        left = self.config.stash[_STATE].left()
+        left = self.state.left()
         if left <= 0:
             pytest.skip(f"{BUDGET_OPTION} {self.config.getoption(BUDGET_OPTION):g} s spent before this test")
         return left
 
-    def judge(self, verdicts: list[Any], replay: str) -> None:
-        """Fail on a failed verdict, skip on an inconclusive one, pass otherwise."""
+    def variant_spec(self) -> str:
+        """The sampler's spec as the user gave it."""
+        return self.parent.spec if isinstance(self.parent, SpecsampleSuite) else str(self.variant.name)
+
+    def replay(self) -> str:
+        """The command that runs this test again, as the user ran the plugin: the interpreter, ``-m
+        pytest``, and the options that size the checks."""
+        from specsample.fuzz.command import python
+
+        spec, profile = self.variant_spec(), self.profile.name
+        words = [python(), "-m", "pytest", VARIANT_OPTION, spec, PROFILE_OPTION, profile]
+        timeout = self.config.getoption(TIMEOUT_OPTION)
+        if timeout != DEFAULT_TIMEOUT_SECONDS:
+            words += [TIMEOUT_OPTION, f"{timeout:g}"]
+        if self.state.budget is not None:
+            words += [BUDGET_OPTION, f"{self.state.budget:g}"]
+        return " ".join(shlex.quote(word) for word in [*words, "-k", self.name])
+
+    def judge(self, verdicts: list[Any], replay: str, reduced: str = "") -> None:
+        """Fail on a failed verdict, skip on an inconclusive one, pass otherwise; ``reduced`` says why
+        fewer trials than the profile's ran."""
         failed = [v for v in verdicts if v.failed]
         if failed:
             lines = [line for v in failed for line in v.explain()]
             raise AssertionError("\n".join([*lines, f"replay: {replay}", f"({NO_RERUN})"]))
         inconclusive = [v for v in verdicts if v.status == "inconclusive"]
+        if inconclusive and reduced:
+            names = ", ".join(v.check for v in inconclusive)
+            pytest.skip(f"inconclusive {reduced}: {names} saw nothing wrong, without the profile's power")
         if inconclusive:
             pytest.skip("inconclusive: " + "; ".join(v.message for v in inconclusive))
 
@@ -224,59 +337,126 @@ class _Item(pytest.Item):
 
 
 class CaseItem(_Item):
-    """Every check on one targeted case, at the profile's trials."""
+    """Every check on one targeted case, at the profile's trials or as many as its share affords."""
 
-    def runtest(self) -> None:
-        """Run the checks."""
+    def share(self, left: float) -> float:
+        """This case's share of the ``left`` seconds: the cases still to run share `TARGETED_SHARE` of
+        the budget and what the search leaves, the search (when it is to run) keeps the rest."""
+        from specsample.fuzz.campaign import TARGETED_SHARE
+
+        mine = [item for item in self.session.items if isinstance(item, _Item)]
+        later = mine[mine.index(self) :] if self in mine else [self]
+        cases = sum(isinstance(item, CaseItem) for item in later)
+        budget = self.state.budget or 0.0
+        search = (1 - TARGETED_SHARE) * budget if any(isinstance(i, SearchItem) for i in later) else 0.0
+        return (left - search) / max(cases, 1)
+
+    def check(self) -> None:
+        """Run the checks with the trials the case's share affords."""
+        from specsample.fuzz.campaign import FEWEST_TRIALS
         from specsample.properties.batching import on_device
         from specsample.properties.checks import run_checks
 
-        self.budget_left()
+        left = self.budget_left()
+        wanted = self.profile.num_samples
         batch = on_device(self.batch, _device())
+        share = self.share(left)
+        trials = self.state.trials_within(batch, share, wanted)
+        budget = f"{BUDGET_OPTION} {self.state.budget or 0:g} s"  # read only when a budget sized the trials
+        if share <= 0:
+            pytest.skip(
+                f"{budget}: the targeted cases' share is spent; the {left:.1f} s left are the search's"
+            )
+        if trials < FEWEST_TRIALS:
+            need = self.state.cost.seconds_for(batch, FEWEST_TRIALS)
+            pytest.skip(
+                f"{budget}: this case's share ({share:.1f} s of {left:.1f} s left) affords {trials} trials "
+                f"per request; the checks need at least {FEWEST_TRIALS} (about {need:.1f} s)"
+            )
+        began = time.monotonic()
         verdicts = run_checks(
-            self.variant, batch, num_samples=self.profile.num_samples, alpha=self.profile.alpha
+            self.variant, batch, num_samples=trials, alpha=self.profile.alpha, required_samples=wanted
         )
-        spec = self.parent.spec if isinstance(self.parent, SpecsampleSuite) else self.variant.name
-        self.judge(verdicts, f"pytest {VARIANT_OPTION} {spec} -k '{self.name}'")
+        self.state.record(self.name, time.monotonic() - began, trials, batch)
+        reduced = ""
+        if trials < wanted:
+            self.state.reduced.append(f"{self.name.removeprefix(self.variant_spec())} ({trials})")
+            need = self.state.cost.seconds_for(batch, wanted)
+            reduced = (
+                f"at {trials} of the profile's {wanted} trials per request ({budget}: this case's share "
+                f"was {share:.1f} s; its full trials take about {need:.0f} s)"
+            )
+        self.judge(verdicts, self.replay(), reduced)
 
 
 class SearchItem(_Item):
     """Hypothesis search over generated batches inside the sampler's capabilities."""
 
-    def runtest(self) -> None:
-        """Run the checks on the profile's number of generated batches; Hypothesis shrinks a failure."""
-        from hypothesis import given, settings
+    def check(self) -> None:
+        """Run the checks on the profile's number of generated batches, each with the trials its share
+        of the time left affords (at most the profile's); Hypothesis shrinks a failure when no budget
+        bounds the run."""
+        from hypothesis import Phase, given, settings
         from hypothesis import strategies as st
 
+        from specsample.fuzz.campaign import FEWEST_TRIALS, _fingerprint
         from specsample.properties import strategies
         from specsample.properties.checks import run_checks
         from specsample.reference.contract import capabilities
 
         profile = self.profile
         deadline = time.monotonic() + self.budget_left()
+        budget = self.state.budget
+        # Within a budget a failure is not shrunk: Hypothesis's shrinker draws batches on and on, past
+        # any deadline. A failing batch seen again (Hypothesis's final replay) fails again without a run.
+        phases = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target]
+        phases += [Phase.shrink] if budget is None else []
         batches = strategies.spec_batches(
             profile=profile.name, capabilities=capabilities(self.variant), device=_device()
         )
 
-        checked = 0
+        checked, tried = 0, 0
+        failures: dict[tuple[int, str], tuple[list[Any], str]] = {}
+        used: list[int] = []
 
-        @settings(max_examples=profile.variant_examples, deadline=None, print_blob=True)
+        @settings(max_examples=profile.variant_examples, deadline=None, print_blob=True, phases=phases)
         @given(batch=batches, seed=st.integers(0, 2**31 - 1))
         def search(batch: Any, seed: int) -> None:
-            nonlocal checked
-            if time.monotonic() > deadline:
+            nonlocal checked, tried
+            now = time.monotonic()
+            key = (seed, _fingerprint(batch))
+            if key in failures:
+                self.judge(*failures[key])
+            if now > deadline:
                 return  # the budget is spent: the remaining examples are no-ops
+            tried += 1
+            share = (deadline - now) / max(profile.variant_examples - tried + 1, 1)
+            trials = self.state.trials_within(batch, share, profile.num_samples)
+            if trials < FEWEST_TRIALS:
+                return  # too large a batch for the time left
             checked += 1
-            verdicts = run_checks(
-                self.variant, batch, num_samples=profile.num_samples, alpha=profile.alpha, seed=seed
+            began = time.monotonic()
+            verdicts = run_checks(self.variant, batch, num_samples=trials, alpha=profile.alpha, seed=seed)
+            self.state.record(self.name, time.monotonic() - began, trials, batch)
+            used.append(trials)
+            failed = [v for v in verdicts if v.failed]
+            replay = (
+                f"{self.replay()} (its batch: the @reproduce_failure blob below; check seed {seed}, "
+                f"{trials} trials per request)"
             )
-            self.judge(
-                [v for v in verdicts if v.failed], f"the @reproduce_failure blob below (check seed {seed})"
-            )
+            if failed:
+                failures[key] = (failed, replay)
+            self.judge(failed, replay)
 
         search()
         if not checked:
-            pytest.skip(f"{BUDGET_OPTION} spent before the search checked a batch")
+            left = f"{max(deadline - time.monotonic(), 0):.1f} s"
+            pytest.skip(
+                f"{BUDGET_OPTION} {budget:g} s: no batch the search drew could have {FEWEST_TRIALS} trials "
+                f"per request in its share of the {left} left"
+            )
+        if min(used) < profile.num_samples:
+            self.state.reduced.append(f"[search] ({checked} batches, {min(used)}-{max(used)})")
 
 
 def _device() -> str:
