@@ -184,7 +184,8 @@ def deviance(observed: npt.ArrayLike, expected: npt.ArrayLike) -> F64Array:
     e = np.asarray(expected, dtype=np.float64)
     impossible = (e <= 0) & (o > 0)
     safe = np.where(impossible | (e <= 0), 1.0, e)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    # A cell the law all but rules out (E subnormal) overflows O / E: its share is +inf, as it should be.
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         log_terms = np.where(o > 0, o * np.log(np.where(o > 0, o, 1.0) / safe), 0.0)
     shares = np.maximum(2.0 * (log_terms - (o - e)), 0.0)
     return np.asarray(np.where(impossible, math.inf, shares), dtype=np.float64)

@@ -370,3 +370,16 @@ def test_two_sample_test_of_identical_counts_accepts() -> None:
     assert result.statistic == pytest.approx(0.0, abs=1e-9) and result.pvalue == pytest.approx(1.0)
     with pytest.raises(ValueError, match="counts_b"):
         two_sample_test(counts, counts[:3])
+
+
+def test_deviance_of_a_cell_the_law_all_but_rules_out_is_infinite_without_a_warning() -> None:
+    """Observed counts where the law expects a subnormal mass: the share is +inf, and numpy's overflow
+    of ``O / E`` is no warning (a warning here once printed in the middle of certify's progress)."""
+    import warnings
+
+    from specsample.properties.stats import deviance
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        shares = deviance([3.0, 5.0, 0.0], [1e-310, 8.0, 0.0])
+    assert shares[0] == float("inf") and 0.0 < shares[1] < float("inf") and shares[2] == 0.0
