@@ -279,7 +279,7 @@ SCREENS_PER_BUDGET = 120
 MIN_SCREEN_SECONDS = 0.25
 
 
-def _fingerprint(batch: SpecBatch) -> str:
+def batch_fingerprint(batch: SpecBatch) -> str:
     """A digest of every tensor and value of ``batch``: equal batches, equal digests."""
     digest = hashlib.sha1()
     for name in batch.__dataclass_fields__:
@@ -526,7 +526,7 @@ def run_campaign(
                 return  # out of time, or the machine failed: the remaining examples are no-ops
             fixed = None if smallest is None else smallest.run.ladder
             screened = result.screened
-            key = (case_seed, _fingerprint(batch))
+            key = (case_seed, batch_fingerprint(batch))
             if key not in seen and smallest is not None and not shrink:
                 return  # found, and nothing to shrink: what Hypothesis still tries is not needed
             try:

@@ -399,7 +399,7 @@ class SearchItem(_Item):
         from hypothesis import Phase, given, settings
         from hypothesis import strategies as st
 
-        from specsample.fuzz.campaign import FEWEST_TRIALS, _fingerprint
+        from specsample.fuzz.campaign import FEWEST_TRIALS, batch_fingerprint
         from specsample.properties import strategies
         from specsample.properties.checks import run_checks
         from specsample.reference.contract import capabilities
@@ -424,7 +424,7 @@ class SearchItem(_Item):
         def search(batch: Any, seed: int) -> None:
             nonlocal checked, tried
             now = time.monotonic()
-            key = (seed, _fingerprint(batch))
+            key = (seed, batch_fingerprint(batch))
             if key in failures:
                 self.judge(*failures[key])
             if now > deadline:
