@@ -157,8 +157,9 @@ class PivotBand:
     """How far rounding may move a filter's comparison, as the sampler's declared arithmetic says.
 
     Attributes:
-        log_prob: absolute error of a log-probability compared with the min-p threshold or the
-            ``k``-th value, in units of the row's largest ``|z / T|`` plus one.
+        log_prob: absolute error of a log-probability compared with the min-p threshold, the
+            ``k``-th value or the smallest value top-p keeps, in units of the row's largest ``|z / T|``
+            plus one.
         mass: absolute error of the mass above a token compared with ``top_p``, per ``sqrt(V)``.
     """
 
