@@ -17,7 +17,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from specsample.fuzz import command as cmdline
@@ -120,16 +120,22 @@ def _variant_and_methods(spec: str, methods: tuple[str, ...] | None) -> tuple[ob
     return variant, chosen
 
 
+def _comma_list(value: str, option: str, known: Iterable[str]) -> tuple[str, ...]:
+    """``value`` read as a comma list of names from ``known``; a usage error names ``option``."""
+    known = tuple(known)
+    names = tuple(n.strip() for n in value.split(",") if n.strip())
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"{option} has {unknown or value!r}; expected a comma list of {', '.join(known)}"
+        )
+    return names
+
+
 def _methods(value: str) -> tuple[str, ...]:
     from specsample.reference.contract import METHODS
 
-    methods = tuple(m.strip() for m in value.split(",") if m.strip())
-    unknown = [m for m in methods if m not in METHODS]
-    if unknown or not methods:
-        raise argparse.ArgumentTypeError(
-            f"--methods has {unknown or value!r}; expected a comma list of {', '.join(METHODS)}"
-        )
-    return methods
+    return _comma_list(value, "--methods", METHODS)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -355,13 +361,7 @@ def cmd_certify(args: argparse.Namespace) -> int:
 def _operators(value: str) -> tuple[str, ...]:
     from specsample.fuzz.mutate import OPERATORS
 
-    operators = tuple(o.strip() for o in value.split(",") if o.strip())
-    unknown = [o for o in operators if o not in OPERATORS]
-    if unknown or not operators:
-        raise argparse.ArgumentTypeError(
-            f"--operators has {unknown or value!r}; expected a comma list of {', '.join(OPERATORS)}"
-        )
-    return operators
+    return _comma_list(value, "--operators", OPERATORS)
 
 
 def _kernel_files(args: argparse.Namespace, variant: object) -> list[Path]:

@@ -245,6 +245,14 @@ def _bounds_slot(bounds_ptr, search, i, row, num_rows, PASSES: tl.constexpr):
 
 
 @triton.jit
+def _store_bounds(bounds_ptr, search, i, row, num_rows, lo, hi, PASSES: tl.constexpr):
+    """Record ``(lo, hi)`` as the bounds at the start of pass ``i`` of search ``search``."""
+    slot = _bounds_slot(bounds_ptr, search, i, row, num_rows, PASSES)
+    tl.store(slot, lo)
+    tl.store(slot + 1, hi)
+
+
+@triton.jit
 def _chunk_sums(partials_ptr, i, row, num_rows, num_chunks, WAYS: tl.constexpr):
     """``[WAYS]`` pass ``i``'s partial sums of a row added over its chunks in chunk order: the same
     value in every program that reads them."""
@@ -370,9 +378,9 @@ def filter_start_kernel(temperature_ptr, top_k_ptr, min_p_ptr, chunk_stats_ptr, 
         by_k = filtering & (top_k > 0) & (top_k < vocab_size)
         # Invariant: fewer than k kept tokens at or above hi; at least k at or above lo, which the
         # first pass checks (lane 0 counts lo) where the kept tokens may be fewer than k.
-        slot = _bounds_slot(bounds_ptr, 0, 0, row, num_rows, PASSES)
-        tl.store(slot, kept_key)
-        tl.store(slot + 1, tl.where(by_k, max_key + 1, kept_key + 1))
+        _store_bounds(
+            bounds_ptr, 0, 0, row, num_rows, kept_key, tl.where(by_k, max_key + 1, kept_key + 1), PASSES
+        )
     tl.store(row_keys_ptr + row * 2, kept_key)
     tl.store(row_keys_ptr + row * 2 + 1, by_any.to(tl.int64))
 
@@ -389,9 +397,7 @@ def filter_count_kernel(logits_ptr, top_k_ptr, bounds_ptr, counts_ptr, logits_st
     k = tl.load(top_k_ptr + row).to(tl.int64)
     lo, hi = _kth_bounds(bounds_ptr, counts_ptr, row, i, k, num_rows, num_chunks, PASSES, WAYS)
     if (chunk == 0) & (i > 0):
-        slot = _bounds_slot(bounds_ptr, 0, i, row, num_rows, PASSES)
-        tl.store(slot, lo)
-        tl.store(slot + 1, hi)
+        _store_bounds(bounds_ptr, 0, i, row, num_rows, lo, hi, PASSES)
     if hi - lo > 1:
         begin, end = _chunk_span(chunk, chunk_size, vocab_size)
         cuts = _candidates(lo, hi - 1, WAYS).to(tl.int32)
@@ -430,9 +436,9 @@ def filter_between_kernel(temperature_ptr, top_k_ptr, top_p_ptr, row_stats_ptr, 
         by_p = filtering & (top_p < 1.0)
         # lo = kept_key - 1: the mass above it is the kept mass. The max's own weight is 1, so
         # target > 0 whenever top_p > 0, and the mass above the max, 0, is below it.
-        slot = _bounds_slot(bounds_ptr, 1, 0, row, num_rows, PASSES)
-        tl.store(slot, kept_key - 1)
-        tl.store(slot + 1, tl.where(by_p, max_key, kept_key))
+        _store_bounds(
+            bounds_ptr, 1, 0, row, num_rows, kept_key - 1, tl.where(by_p, max_key, kept_key), PASSES
+        )
         by_any = by_any | by_p
     tl.store(row_keys_ptr + row * 2, kept_key)
     tl.store(row_keys_ptr + row * 2 + 1, by_any.to(tl.int64))
@@ -451,9 +457,7 @@ def filter_mass_kernel(logits_ptr, temperature_ptr, top_p_ptr, row_stats_ptr, bo
     top_p = tl.load(top_p_ptr + row)
     lo, hi = _top_p_bounds(bounds_ptr, masses_ptr, row, i, top_p, num_rows, num_chunks, PASSES, WAYS)
     if (chunk == 0) & (i > 0):
-        slot = _bounds_slot(bounds_ptr, 1, i, row, num_rows, PASSES)
-        tl.store(slot, lo)
-        tl.store(slot + 1, hi)
+        _store_bounds(bounds_ptr, 1, i, row, num_rows, lo, hi, PASSES)
     if hi - lo > 1:
         begin, end = _chunk_span(chunk, chunk_size, vocab_size)
         inv_temperature = inverse_temperature(tl.load(temperature_ptr + row))
