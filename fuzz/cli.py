@@ -454,6 +454,7 @@ def cmd_mutate(args: argparse.Namespace) -> int:
         replay_base=replay_base,
         markdown=args.out,
         json_path=args.json,
+        jobs=args.jobs,
     )
     print(report.markdown())
     control = report.control or {}
@@ -585,6 +586,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--sample", type=_number(int, 1, "--sample"), help="run this many mutants, drawn at random"
     )
     mut.add_argument("--seed", type=int, default=0, help="seed of the sample and the campaigns (default: 0)")
+    jobs_help = "mutants run at a time, each in its own process (default: 1); on a GPU they share it"
+    mut.add_argument("--jobs", type=_number(int, 1, "--jobs"), default=1, help=jobs_help)
     mut.add_argument("--operators", type=_operators, help="comma list of operators (default: every one)")
     mutant_help = "run only this mutant id (repeatable; no control run): a survivor's replay"
     mut.add_argument("--mutant", action="append", default=[], help=mutant_help)

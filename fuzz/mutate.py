@@ -40,9 +40,11 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import FrameType, ModuleType
@@ -995,6 +997,7 @@ class MutationReport:
     replay_base: str = ""
     interrupted: bool = False
     seconds: float = 0.0
+    jobs: int = 1
 
     def counts(self) -> Counter[str]:
         """Mutants per verdict."""
@@ -1024,6 +1027,7 @@ class MutationReport:
             "device": self.device,
             "budget_per_mutant": self.budget,
             "seed": self.seed,
+            "jobs": self.jobs,
             "generated": self.generated,
             "reached": self.reached,
             "sampled": self.sampled,
@@ -1073,7 +1077,9 @@ class MutationReport:
             "",
             f"Command: `{self.command}`",
             f"Profile {self.profile}, device {self.device}, {self.budget:g} s of campaign per mutant, seed "
-            f"{self.seed}; {self.seconds:.0f} s in all"
+            f"{self.seed}"
+            + (f", {self.jobs} mutants at a time (timed on a shared device)" if self.jobs > 1 else "")
+            + f"; {self.seconds:.0f} s in all"
             + (" (INTERRUPTED: a partial report)" if self.interrupted else "")
             + ".",
             "",
@@ -1163,6 +1169,26 @@ def _survivors_first(outcome: Outcome) -> tuple[int, str, int]:
     return (order.index(outcome.verdict), outcome.mutant.path, outcome.mutant.line)
 
 
+# The children running now, so that a Ctrl-C (which reaches only this process: each child has a
+# session of its own) ends every one of them, whichever thread waits on it.
+_LIVE: set[subprocess.Popen[str]] = set()
+_LIVE_LOCK = threading.Lock()
+_STOPPING = threading.Event()
+
+
+def _end(child: subprocess.Popen[str]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(child.pid, signal.SIGKILL)
+
+
+def end_children() -> None:
+    """End every child still running, and any started after (their threads then see them die)."""
+    _STOPPING.set()
+    with _LIVE_LOCK:
+        for child in list(_LIVE):
+            _end(child)
+
+
 def run_child(task: dict[str, Any], timeout: float) -> dict[str, Any]:
     """Run ``task`` in a fresh interpreter (its own session, so a Ctrl-C reaches only this process,
     which then ends the child); its verdict, or ``timed out`` / ``crashed``."""
@@ -1177,11 +1203,14 @@ def run_child(task: dict[str, Any], timeout: float) -> dict[str, Any]:
             text=True,
             start_new_session=True,
         )
+        with _LIVE_LOCK:
+            _LIVE.add(child)
+            if _STOPPING.is_set():
+                _end(child)
         try:
             out, err = child.communicate(timeout=timeout)
         except BaseException as stop:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(child.pid, signal.SIGKILL)
+            _end(child)
             child.communicate()
             if isinstance(stop, subprocess.TimeoutExpired):
                 return {
@@ -1190,6 +1219,9 @@ def run_child(task: dict[str, Any], timeout: float) -> dict[str, Any]:
                     "seconds": timeout,
                 }
             raise
+        finally:
+            with _LIVE_LOCK:
+                _LIVE.discard(child)
         seconds = round(time.monotonic() - start, 2)
     for line in reversed(out.splitlines()):
         with contextlib.suppress(ValueError):
@@ -1236,15 +1268,18 @@ def mutate(
     replay_base: str,
     markdown: Path | None = None,
     json_path: Path | None = None,
+    jobs: int = 1,
     log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
 ) -> MutationReport:
-    """Run the control, then each sampled mutant in a child of its own, writing the reports after
-    each; a Ctrl-C stops the run, and the report of what ran is written and marked interrupted.
+    """Run the control, then each sampled mutant in a child of its own, ``jobs`` children at a
+    time, writing the reports after each; a Ctrl-C ends every child and stops the run, and the
+    report of what finished is written and marked interrupted.
 
     ``files`` maps each shown path to its file; ``chosen_ids`` (replay) runs those mutants, with no
     control and no sampling.
     """
     started = time.monotonic()
+    _STOPPING.clear()  # a run stopped before in this process stops nothing now
     sources = {shown: path.read_text(encoding="utf-8") for shown, path in files.items()}
     base_task = {"spec": spec, "budget": budget, "profile": profile, "device": device, "seed": seed}
     report = MutationReport(
@@ -1260,6 +1295,7 @@ def mutate(
         sampled=0,
         control=None,
         replay_base=replay_base,
+        jobs=jobs,
     )
     try:
         case_lines: dict[str, dict[str, set[int]]] | None = None
@@ -1291,13 +1327,16 @@ def mutate(
             report.reached = dict(Counter(m.path for m in pool))
         chosen = pool if chosen_ids else sample(pool, count, seed)
         report.sampled = len(chosen)
-        for index, mutant in enumerate(chosen, start=1):
+
+        def run_mutant(mutant: Mutant) -> dict[str, Any]:
             with tempfile.TemporaryDirectory(prefix="specsample-mutant-") as folder:
                 copy_path = Path(folder) / Path(mutant.path).name
                 copy_path.write_text(mutant.source(sources[mutant.path]), encoding="utf-8")
                 task = {**base_task, "source": str(files[mutant.path]), "mutated": str(copy_path)}
                 task["first_cases"] = first_cases[mutant.id]
-                reported = run_child(task, timeout)
+                return run_child(task, timeout)
+
+        def record(index: int, mutant: Mutant, reported: dict[str, Any]) -> None:
             outcome = Outcome(
                 mutant=mutant,
                 verdict=reported.pop("verdict"),
@@ -1315,6 +1354,24 @@ def mutate(
             )
             report.seconds = time.monotonic() - started
             report.write(markdown, json_path)
+
+        pending: dict[Future[dict[str, Any]], Mutant] = {}
+        queue = iter(chosen)
+        with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="mutant") as pool_of_children:
+            try:
+                done = 0
+                while True:
+                    while len(pending) < jobs and (mutant := next(queue, None)) is not None:
+                        pending[pool_of_children.submit(run_mutant, mutant)] = mutant
+                    if not pending:
+                        break
+                    finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+                    for future in finished:
+                        done += 1
+                        record(done, pending.pop(future), future.result())
+            except KeyboardInterrupt:
+                end_children()  # the threads' children die, and their outcomes are not recorded
+                raise
     except KeyboardInterrupt:
         report.interrupted = True
     report.seconds = time.monotonic() - started

@@ -6,12 +6,16 @@ import ast
 import hashlib
 import json
 import re
+import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
+from specsample.fuzz import mutate
 from specsample.fuzz.cli import EXIT_PASSED, EXIT_USAGE, main
-from specsample.fuzz.mutate import OPERATORS, Mutant, generate_mutants, jit_functions
+from specsample.fuzz.mutate import OPERATORS, Mutant, end_children, generate_mutants, jit_functions, run_child
 
 TARGET = Path(__file__).with_name("mutate_target.py")
 REPOSITORY = Path(__file__).resolve().parents[2]
@@ -132,7 +136,8 @@ def _digests() -> dict[str, str]:
 
 def test_kill_matrix_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """On the small sampler a strictness change is killed, a masked lane's other= is likely
-    equivalent and bfloat16 arithmetic is a compile error; the files on disk are unchanged."""
+    equivalent and bfloat16 arithmetic is a compile error (two at a time); the files on disk are
+    unchanged."""
     mutants = generate_mutants(TARGET, TARGET.read_text(), "mutate_target.py")
     by_change = {(m.operator, m.change): m.id for m in mutants}
     killed = by_change[("compare-strict", "columns < emitted -> (columns <= emitted)")]
@@ -141,6 +146,7 @@ def test_kill_matrix_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[st
     before = _digests()
     out, report = tmp_path / "matrix.md", tmp_path / "matrix.json"
     argv = ["mutate", "--variant", f"{TARGET}:PaddedReference", "--device", "cpu", "--budget-per-mutant", "3"]
+    argv += ["--jobs", "2"]
     for mutant in (killed, equivalent, compile_error):
         argv += ["--mutant", mutant]
     code = main([*argv, "--out", str(out), "--json", str(report)])
@@ -158,4 +164,32 @@ def test_kill_matrix_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert f"--mutant {killed}" in verdicts[killed]["replay"]
     matrix = out.read_text()
     assert "**Score: 1 killed of 1 non-equivalent (100 %)**" in matrix
+    assert "2 mutants at a time" in matrix and json.loads(report.read_text())["jobs"] == 2
     assert matrix == printed.rstrip("\n") + "\n"
+
+
+def test_a_stop_ends_every_child_of_every_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`end_children` (what a Ctrl-C calls with --jobs) ends the children that threads wait on, and
+    any started after it: each comes back crashed by signal 9 within seconds, none is left running."""
+    hang = tmp_path / "hang"
+    hang.write_text("#!/bin/sh\nexec sleep 120\n")
+    hang.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(hang))
+    monkeypatch.setattr(mutate, "_STOPPING", threading.Event())  # the stop stays in this test
+    verdicts: list[dict[str, object]] = []
+    threads = [threading.Thread(target=lambda: verdicts.append(run_child({}, 100.0))) for _ in range(3)]
+    start = time.monotonic()
+    for thread in threads[:2]:
+        thread.start()
+    deadline = time.monotonic() + 10
+    while len(mutate._LIVE) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    end_children()
+    threads[2].start()  # started after the stop: ended at once
+    for thread in threads:
+        thread.join(timeout=20)
+    assert not any(thread.is_alive() for thread in threads)
+    assert time.monotonic() - start < 20
+    assert [v["verdict"] for v in verdicts] == ["crashed"] * 3
+    assert all("signal 9" in str(v["message"]) for v in verdicts)
+    assert not mutate._LIVE

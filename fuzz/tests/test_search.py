@@ -62,7 +62,10 @@ def test_a_campaign_ends_within_its_budget_plus_grace(spec: str) -> None:
         f"{spec}: {elapsed:.1f} s ({result.longest_run:.1f} s run)"
     )
     assert result.seconds <= elapsed
-    assert (result.failure is not None) == (spec != "walk"), result.describe()
+    if spec == "walk":  # false-failure rate <= its confirmations x 1e-6
+        assert result.failure is None, result.describe()
+    # Whether 6 s find M09 depends on the trials the time buys (a suspicious screen may clear at its
+    # confirmation; seen once in CI): finding it is the 30 s test's claim below, the budget this one's.
 
 
 def test_trials_are_sized_to_the_time_left() -> None:
@@ -126,9 +129,13 @@ def test_screens_of_a_correct_sampler_are_rarely_suspicious() -> None:
 def test_a_statistical_failure_comes_from_a_confirmation_on_fresh_trials(tmp_path: Path) -> None:
     """M09 fails a statistical check; the reproducer holds a confirmation stage's seed and trials,
     and replays to the same verdict."""
+    start = time.monotonic()
     result = run_campaign(
         Blind(MUTANTS["M09"].load()), "M09", profile="ci", seconds=30.0, corpus=tmp_path, progress=False
     )
+    elapsed = time.monotonic() - start
+    in_flight = min(result.longest_run, 30.0 / 2)
+    assert elapsed <= 30.0 * (1 + GRACE) + in_flight + 0.5, f"{elapsed:.1f} s ({result.longest_run:.1f} s)"
     assert result.failure is not None and result.failure.pvalue is not None, result.describe()
     assert result.confirmations >= 1
     assert result.reproducer is not None
