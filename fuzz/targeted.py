@@ -94,7 +94,10 @@ def _block(method: Method) -> SpecBatch:
 
     Block verification keeps drafts that token-wise verification rejects, stops past a weight below 1
     (the weighted residual differs from the token-wise one: M28), keeps with ``h_i`` far from ``w_i``
-    (M29), and stops one draft short of the end (M30).
+    (M29), and stops one draft short of the end (M30). The drafts are read through slots, the first
+    request's from slot 2 (a keep pass that reads slot rows with the row stride reads another
+    request's), and the last request's keep decision at ``i = 1`` is far from ``w_1`` (a bound bug
+    that drops the batch's last draft id moves its ``P(m = 1)`` by about 0.34).
     """
     rng = np.random.default_rng(6)
     a, b = 3, 17  # the token the target favours, and the one the draft favours
@@ -109,6 +112,9 @@ def _block(method: Method) -> SpecBatch:
             RequestData(rows(4, a, b), [b, a, b], rows(3, b, a), temperature=1.0, seed=61),
             RequestData(rows(3, a, b), [b, b], rows(2, b, a), temperature=0.8, seed=62),
         ],
+        slots=[2, 0],
+        num_slots=3,
+        slot_capacity=4,
         method=method,
     )
 

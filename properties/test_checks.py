@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from specsample.properties.batching import select_requests
 from specsample.properties.checks import (
     CHECKS,
     FAILED_EXACT_DISCREPANCY,
@@ -214,10 +215,46 @@ def test_a_malformed_output_breaks_the_invariants() -> None:
 
 
 def test_coupled_replays_a_bounded_share_of_large_batches() -> None:
-    """Coupling replays only the first trials of each request once the logits pass max_elements."""
+    """Coupling replays only the first trials of each request once the logits pass max_elements, and
+    the trials' last replica."""
     batch = _batch()
     verdict = Coupled(max_elements=3 * 24 * 4 * 10).run(WalkSampler(), batch, num_samples=100, seed=1)
-    assert verdict.passed and verdict.num_samples == 3 * 10, verdict.message
+    assert verdict.passed and verdict.num_samples == 3 * 10 + 1, verdict.message
+
+
+def _last_request_off(batch: SpecBatch) -> SpecOutput:
+    """The walk, but the last request of every call emits what the walk gives it at step + 1: a bug on
+    the batch's bound (a kernel reading the last draft id as a placeholder, say)."""
+    output = WalkSampler()(batch)
+    last = batch.num_requests - 1
+    step = batch.step.detach().cpu().numpy()[last:] + 1
+    moved = WalkSampler()(select_requests(batch, [last], step=step))
+    width = moved.token_ids.shape[1]
+    output.token_ids[last] = -1
+    output.token_ids[last, :width] = moved.token_ids[0]
+    output.num_emitted[last] = moved.num_emitted[0]
+    if output.logprobs is not None and moved.logprobs is not None:
+        output.logprobs[last] = float("nan")
+        output.logprobs[last, :width] = moved.logprobs[0]
+    return output
+
+
+def test_coupled_compares_the_edges_of_a_call() -> None:
+    """A bug on the last request of a call touches one replica of the trials: coupling compares the
+    trials' last replica (a fixed seed: it differs there), and with edge calls (a GPU's default, 32)
+    the batch as given, whose last request it touches in every call."""
+    batch = select_requests(_batch(), [2, 0, 1])  # the greedy request first, a sampled one last
+    bug = Planted("last request off", _last_request_off, CANONICAL)
+    limit = 3 * 24 * 4 * 10  # the first 10 trials of each request, or 8 calls of the batch as given
+    trials_only = Coupled(max_elements=limit).run(bug, batch, num_samples=40, seed=2)
+    assert not trials_only.passed and trials_only.statistic == 1, trials_only.message
+    assert trials_only.num_samples == 3 * 10 + 1
+    assert "its trial 39" in str(trials_only.subject), trials_only.subject
+    edges = Coupled(max_elements=limit, edge_calls_elsewhere=32)
+    with_edges = edges.run(bug, batch, num_samples=40, seed=2)
+    assert not with_edges.passed and with_edges.statistic > 1, with_edges.message
+    assert "8 calls of the batch as given" in with_edges.message
+    assert edges.run(WalkSampler(), batch, num_samples=40, seed=2).passed
 
 
 # ---------------------------------------------------------------------------------------------
