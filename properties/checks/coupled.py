@@ -6,12 +6,9 @@ decision float32 rounding could flip). Near ties are counted, and the difference
 not exceed a share of the samples; logprobs of agreeing samples match the float64 ones within
 float32 tolerance. No statistics.
 
-A bug on the bounds of a call (the last draft id read as a placeholder, the last request's rows)
-touches only the samples at its edges: in the replicated trials, one replica of thousands. The
-check compares the last replica of the trials too, and on a GPU, where a call costs little, also
-calls the batch as given `EDGE_CALLS` times with fresh seeds, so its first and last requests sit at
-the edges of every call. Under the Triton interpreter a call costs about as much as all the trials
-(a quarter of a second, whatever its size), so there it compares only the trials' own edges.
+A bug on the bound of a call (the batch's last draft id read as a placeholder, its last request's
+rows) touches only the sample at its edge: in the replicated trials, one replica of thousands, and
+the last one. The check compares the trials' last replica besides the first trials of each request.
 
 `agreement` compares one output of a batch (the kernel tests and the GPU tier use it); `CHECK`
 checks a variant on repeated trials.
@@ -23,18 +20,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from specsample.properties.batching import concatenate, pad_output, select_requests
+from specsample.properties.batching import select_requests
 from specsample.properties.checks.base import (
     Check,
     CheckedBatch,
     Settings,
     Trials,
     Verdict,
-    call_variant,
     describe_request,
     draw_trials,
     exact_verdict,
-    trial_seeds,
 )
 from specsample.properties.checks.invariants import logprob_ok
 from specsample.reference.contract import SpecBatch, SpecOutput, Variant, capabilities
@@ -49,9 +44,6 @@ DEFAULT_COUPLED_ELEMENTS = 1 << 24
 # Near-tie flips may excuse this share of samples (at least MIN_EXCUSED).
 MAX_EXCUSED_FRACTION = 0.05
 MIN_EXCUSED = 3
-# On a GPU the batch as given is called this many times besides the trials (the module docstring
-# says why): a bound bug that changes a sample with probability 0.2 is seen with probability 0.999.
-EDGE_CALLS = 32
 
 
 @dataclass
@@ -207,33 +199,19 @@ class Coupled(Check):
         self,
         max_excused_fraction: float = MAX_EXCUSED_FRACTION,
         max_elements: int = DEFAULT_COUPLED_ELEMENTS,
-        edge_calls_on_gpu: int = EDGE_CALLS,
-        edge_calls_elsewhere: int = 0,
     ) -> None:
         self.max_excused_fraction = max_excused_fraction
         self.max_elements = max_elements
-        self.edge_calls_on_gpu = edge_calls_on_gpu
-        self.edge_calls_elsewhere = edge_calls_elsewhere
 
     def applies(self, variant: Variant, batch: SpecBatch) -> bool:
         """Only a variant that declares its random scheme can be replayed."""
         return getattr(variant, "streams", None) is not None
 
-    def edge_calls(self, batch: SpecBatch) -> int:
-        """How many times the batch as given is called besides the trials: `EDGE_CALLS` on a GPU,
-        none elsewhere (by default), fewer where their logits would pass the replay's limit."""
-        calls = self.edge_calls_on_gpu if batch.device.type == "cuda" else self.edge_calls_elsewhere
-        logits = batch.target_logits.numel() + (
-            0 if batch.draft_logits is None else batch.draft_logits.numel()
-        )
-        return min(calls, self.max_elements // max(logits, 1))
-
     def verdict(
         self, variant: Variant, checked: CheckedBatch, settings: Settings, trials: Trials | None
     ) -> Verdict:
-        """Compare the first trials of each request, the last replica, and on a GPU the batch as
-        given over `edge_calls` calls; ``alpha`` is unused; ``detectable``: the per-sample
-        disagreement rate seen with probability 0.999."""
+        """Compare the first trials of each request and the trials' last replica; ``alpha`` is
+        unused; ``detectable``: the per-sample disagreement rate seen with probability 0.999."""
         batch = checked.batch
         trials = trials or draw_trials(variant, batch, settings.num_samples, settings.seed)
         logits_per_trial = batch.num_requests * batch.vocab_size * (batch.resolved_max_num_drafts() + 1)
@@ -252,40 +230,20 @@ class Coupled(Check):
         assert scheme is not None
         ulps = capabilities(variant).filter_ulps
         found = agreement(compared, output, scheme, ulps)
-        # Where each compared sample came from: its request, and its trial or edge call.
-        origin = [(int(r) // trials.num_trials, "trial", int(r) % trials.num_trials) for r in rows]
-        seeds = [int(s) for s in compared.seed]
-        edges = self.edge_calls(batch)
-        if edges:
-            calls = [
-                select_requests(
-                    batch,
-                    np.arange(batch.num_requests),
-                    seed=trial_seeds(settings.seed, f"edge call {k}", batch.num_requests),
-                )
-                for k in range(edges)
-            ]
-            outputs = [call_variant(variant, call, self.max_elements)[0] for call in calls]
-            together = concatenate(calls)
-            more = agreement(together, pad_output(outputs, batch.resolved_max_num_drafts() + 1), scheme, ulps)
-            origin += [(r, "edge call", k) for k in range(edges) for r in range(batch.num_requests)]
-            seeds += [int(s) for s in together.seed]
-            found = _merged(found, more, offset=compared.num_requests)
         total = found.num_samples
         bound = max(MIN_EXCUSED, int(self.max_excused_fraction * total))
-        edge_note = f", {edges} calls of the batch as given" if edges else ""
         summary = (
-            f"{total} samples{edge_note}, {found.num_decisions} decisions, {found.near_ties} near ties, "
+            f"{total} samples, {found.num_decisions} decisions, {found.near_ties} near ties, "
             f"{found.excused} near-tie differences (at most {bound})"
         )
         first = found.first or (0, None)
-        request, kind, index = origin[first[0]]
+        request, trial = divmod(int(rows[first[0]]), trials.num_trials)
         finding = found.unexplained[0] if found.unexplained else None
         subject = None
         if found.first is not None:
-            finding = f"{kind.capitalize()} {index}: {found.first_difference}"
-            where = f"its trial {index}" if kind == "trial" else f"edge call {index} (the batch as given)"
-            subject = f"{describe_request(checked, request)}; {where} with seed {seeds[first[0]]}"
+            finding = f"Trial {trial}: {found.first_difference}"
+            seed = int(compared.seed[first[0]])
+            subject = f"{describe_request(checked, request)}; its trial {trial} with seed {seed}"
         return exact_verdict(
             self.name,
             variant,
@@ -300,24 +258,6 @@ class Coupled(Check):
             subject=subject,
             finding=finding,
         )
-
-
-def _merged(first: Agreement, second: Agreement, offset: int) -> Agreement:
-    """Two agreements as one; ``second``'s samples numbered from ``offset``."""
-    merged = Agreement(
-        num_samples=first.num_samples + second.num_samples,
-        num_decisions=first.num_decisions + second.num_decisions,
-        near_ties=first.near_ties + second.near_ties,
-        mismatches=first.mismatches + second.mismatches,
-        excused=first.excused + second.excused,
-        unexplained=first.unexplained + second.unexplained,
-        first=first.first,
-        first_difference=first.first_difference,
-    )
-    if merged.first is None and second.first is not None:
-        merged.first = (second.first[0] + offset, second.first[1])
-        merged.first_difference = second.first_difference
-    return merged
 
 
 CHECK = Coupled()
