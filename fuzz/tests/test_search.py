@@ -50,9 +50,9 @@ def _batch(seed: int = 0) -> object:
 @pytest.mark.parametrize("spec", ["walk", "M09"])
 def test_a_campaign_ends_within_its_budget_plus_grace(spec: str) -> None:
     """A 6 s campaign (targeted cases, search, and for the mutant, when it finds it, a confirmation
-    and shrinking) ends within 6 s plus `GRACE` of it, or one run of the checks past that (the run in flight at the
-    deadline, sized to fit but slower than the cost model measured: seen at 1.2 s on a loaded 2-core
-    machine), plus half a second for drawing the last example."""
+    and shrinking) ends within 6 s plus `GRACE` of it, or one run of the checks past that (the run in
+    flight at the deadline, sized to fit but slower than the cost model measured: seen at 1.2 s on a
+    loaded 2-core machine), plus half a second for drawing the last example."""
     variant = Blind(MUTANTS[spec].load()) if spec in MUTANTS else Blind(WalkSampler())
     start = time.monotonic()
     result = run_campaign(variant, spec, profile="ci", seconds=6.0, progress=False)
