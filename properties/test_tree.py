@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from specsample.reference import tree
 from specsample.reference.contract import RequestData, make_batch
-from specsample.reference.law import request_inputs, request_law
+from specsample.reference.law import greedy_token, request_inputs, request_law
 from specsample.reference.sampler import reference_sample, scheme_noise
 
 
@@ -135,9 +135,9 @@ def _chain_batch(seed: int) -> tuple[object, np.ndarray, np.ndarray]:
     n, vocab_size = int(rng.integers(0, 5)), int(rng.integers(2, 7))
     logits = rng.normal(size=(n + 1, vocab_size)) * 2.0
     drafts = rng.integers(-1, vocab_size, size=n)
+    temperature = 0.0 if seed % 4 == 3 else float(rng.uniform(0.5, 1.5))  # a greedy request in four
     batch = make_batch(
-        [RequestData(logits, drafts.tolist(), None, temperature=float(rng.uniform(0.5, 1.5)), seed=seed)],
-        method="strict",
+        [RequestData(logits, drafts.tolist(), None, temperature=temperature, seed=seed)], method="strict"
     )
     return batch, np.full(n, -1, dtype=np.int64) + np.arange(n), drafts.astype(np.int64)
 
@@ -161,12 +161,14 @@ def test_on_a_chain_the_law_is_strict_verifications(seed: int) -> None:
 
 @pytest.mark.parametrize("seed", range(40))
 def test_the_reference_sampler_on_a_chain_is_strict_verifications(seed: int) -> None:
-    """With the canonical row noise, the tree sampler on a chain emits what the strict reference
-    sampler emits, token for token, and accepts the nodes of the drafts it keeps."""
+    """With the canonical row noise (a greedy request: each row's argmax), the tree sampler on a
+    chain emits what the strict reference sampler emits, token for token, and accepts the nodes of
+    the drafts it keeps."""
     batch, parents, tokens = _chain_batch(seed)
     inputs = request_inputs(batch)[0]
+    greedy = greedy_token(inputs.target_logits) if inputs.greedy else None
     accepted, sequence = tree.sample_request(
-        inputs.target_probs().reshape(tokens.size + 1, -1), parents, tokens, scheme_noise(batch)[0]
+        inputs.target_probs().reshape(tokens.size + 1, -1), parents, tokens, scheme_noise(batch)[0], greedy
     )
     strict = reference_sample(batch)
     count = int(strict.num_emitted[0])
