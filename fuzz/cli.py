@@ -28,8 +28,10 @@ from specsample.fuzz import command as cmdline
 # (3 calls' worth a check run), so 120 s afforded 1,570 to 1,644 trials, for the tree before and after
 # the kernels' rule set alike. With step_pairs a check run is 4 calls' worth, and on the same machine
 # the reference sampler took 32.1 ms a trial (1,871 trials in 240 s). A later CI run afforded the Triton
-# sampler 1,905 trials in 320 s; 360 s affords 2,000 trials up to 45 ms a trial.
-CHECK_BUDGET_SECONDS = 360.0
+# sampler 1,905 trials in 320 s; 360 s afforded 2,000 trials up to 45 ms a trial. A CI run of the
+# same day's later tree measured 45.6 ms a trial (1,975 trials in 360 s; other tests 20 to 50 % slower
+# than before, none of their code changed): 480 s affords 2,000 up to 60 ms.
+CHECK_BUDGET_SECONDS = 480.0
 
 EXIT_PASSED, EXIT_FAILED, EXIT_USAGE, EXIT_INCONCLUSIVE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 DEFAULT_CORPUS = Path("fuzz-corpus-local")

@@ -56,7 +56,8 @@ def test_correct_variants_survive_the_same_campaign(spec: str, rounds: int) -> N
 def test_triton_survives_the_targeted_cases_with_coupling() -> None:
     """The Triton kernel matches the reference sample for sample on the 13 targeted cases (block
     verification's six among them), at the ci profile's trials: the interpreter's rows plan affords
-    them within certify's default check budget (about 25 ms a trial of all 13 cases on 2 cores)."""
+    them within certify's default check budget (about 25 ms a trial of all 13 cases on 2 cores, 45.6
+    ms in a slower CI run; the budget affords 60 ms)."""
     variant = load_variant("triton")
     batches = [batch for _, batch in targeted_batches()]
     wanted = profiles.get("ci").num_samples
