@@ -1336,7 +1336,7 @@ def mutate(
                 task["first_cases"] = first_cases[mutant.id]
                 return run_child(task, timeout)
 
-        def record(index: int, mutant: Mutant, reported: dict[str, Any]) -> None:
+        def record(mutant: Mutant, reported: dict[str, Any]) -> None:
             outcome = Outcome(
                 mutant=mutant,
                 verdict=reported.pop("verdict"),
@@ -1349,8 +1349,8 @@ def mutate(
             report.outcomes.append(outcome)
             killer = f" by {outcome.check}" if outcome.check else ""
             log(
-                f"[{index}/{len(chosen)}] {mutant.id} {mutant.operator}: {outcome.verdict}{killer} "
-                f"({outcome.seconds:.0f} s)"
+                f"[{len(report.outcomes)}/{len(chosen)}] {mutant.id} {mutant.operator}: "
+                f"{outcome.verdict}{killer} ({outcome.seconds:.0f} s)"
             )
             report.seconds = time.monotonic() - started
             report.write(markdown, json_path)
@@ -1359,7 +1359,6 @@ def mutate(
         queue = iter(chosen)
         with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="mutant") as pool_of_children:
             try:
-                done = 0
                 while True:
                     while len(pending) < jobs and (mutant := next(queue, None)) is not None:
                         pending[pool_of_children.submit(run_mutant, mutant)] = mutant
@@ -1367,8 +1366,7 @@ def mutate(
                         break
                     finished, _ = wait(pending, return_when=FIRST_COMPLETED)
                     for future in finished:
-                        done += 1
-                        record(done, pending.pop(future), future.result())
+                        record(pending.pop(future), future.result())
             except KeyboardInterrupt:
                 end_children()  # the threads' children die, and their outcomes are not recorded
                 raise
