@@ -367,12 +367,10 @@ def certify(
     text = markdown(reports, records, profile, seconds, status)
     if stopped or self_test == "interrupted":
         left = specs[len(reports) :]
-        text += (
-            "\n**Interrupted** (Ctrl-C): "
-            + (f"not certified: {', '.join(f'`{s}`' for s in left)}; " if left else "")
-            + ("the self-test did not run." if mutants else "")
-            + "\n"
-        )
+        missed = [f"not certified: {', '.join(f'`{s}`' for s in left)}"] if left else []
+        missed += ["the self-test did not run"] if mutants else []
+        said = "; ".join(missed) or "the tables above hold what finished"
+        text += f"\n**Interrupted** (Ctrl-C): {said}.\n"
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.md").write_text(text + "\n")
     data = {

@@ -174,3 +174,7 @@ def test_ctrl_c_keeps_the_work_and_exits_130(tmp_path: Path, capsys: pytest.Capt
     report = (out / "report.md").read_text()
     assert report.startswith("# Certification: INTERRUPTED") and "Interrupted during" in report
     assert "| invariants |" in report or "the table holds the cases that finished" in report
+    # It says what it did not do: here the self-test (certify runs it unless --no-mutants).
+    assert "**Interrupted** (Ctrl-C): the self-test did not run." in report
+    assert main([*certify, "--out", str(out), "--check-budget", "5", "--no-mutants"]) == EXIT_INTERRUPTED
+    assert "**Interrupted** (Ctrl-C): the tables above hold what finished." in (out / "report.md").read_text()
