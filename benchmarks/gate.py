@@ -15,39 +15,47 @@ Any variant, against a baseline its author records on their GPU (``--variant`` t
     python -m specsample.benchmarks.gate --variant path/to/my_sampler.py:MySampler --self-check
 
 An author's baseline is ``./specsample-baselines/<GPU>/<variant name>.json`` under the current
-directory (`author_baseline_path`; ``--baseline PATH`` picks another file). The variant is timed on
+directory (`author_baseline_path`; ``--baseline PATH`` picks another file). ``--save`` times the
+cases three times (``--runs``), each run its own process, records each benchmark's middle median
+(one slow or fast run is never the baseline) and prints how far the medians moved between the runs,
+naming the margin that would hold a spread wider than ``--margin``. The variant is timed on
 the gate's cases inside its ``capabilities`` (all of them when it declares none). The command runs
 from any directory, the plain pytest command it prints first::
 
     python -m pytest <benchmarks folder> --rootdir=<its parent> -p no:cacheprovider -m bench \\
         --bench-grid=gate --bench-variants=<triton or the spec> --benchmark-json=<run> \\
-        --benchmark-compare=<baseline> --benchmark-compare-fail=median:<M>%
+        --benchmark-compare=<baseline>
 
-and then lists every benchmark's change against the baseline. For the bundled sampler it gates the
-GPU time of the ``triton`` variant only: the PyTorch sampler's time and the Python call latency are
-bound by host work and moved up to 18 % between runs (RESULTS.md), too much to share the margin;
-RESULTS.md reports both. A comparison against another GPU's baseline is refused. `MARGIN_PERCENT`
-is justified in RESULTS.md from the spread measured on the bundled sampler; a sampler whose time is
-bound by host work may need a wider ``--margin``.
+and then lists every benchmark's change against the baseline and judges the medians itself. For the
+bundled sampler it gates the GPU time of the ``triton`` variant only: the PyTorch sampler's time and
+the Python call latency are bound by host work and moved up to 18 % between runs (RESULTS.md), too
+much to share the margin; RESULTS.md reports both. A comparison against another GPU's baseline is
+refused. `MARGIN_PERCENT` is justified in RESULTS.md from the spread measured on the bundled
+sampler; a sampler whose time is bound by host work may need a wider ``--margin``.
 
 ``--self-check`` gates a run with a planted slowdown against the baseline, and passes only if the
 gate fails that run:
 
 - the bundled sampler gets one extra pass over the logits (`planted.ExtraLogitPass`), which slows
   every gated call by 29 % or more; the self-check passes if a median regressed past the margin.
-- ``--variant SPEC`` gets a spin of the GPU after each call for ``--planted`` percent of that
-  call's own GPU time (`planted.ProportionalSlowdown`; twice the margin unless given, and it must
-  exceed the margin); the self-check passes only if every benchmark of the baseline regressed past
-  the margin. Every benchmark, not most: 26 % more reads as at least 1.26 x 0.94 - 1 = 18 % on a
-  case whose median moves 6 % between runs (the largest spread measured on the bundled sampler,
-  on which the 13 % margin rests); a case that misses it ran at least 10 % faster than in the
-  baseline (1.13 / 1.26 = 0.90), a drift close to the margin, so there the gate can be trusted
-  neither to pass an unchanged sampler nor to see a regression of the margin's size, and the
+- ``--variant SPEC`` is first timed as it is, and must pass the gate: a benchmark whose median moved
+  past the margin with nothing changed (the MRV2-shaped example's did, by up to 33 % on an H100
+  between two runs a minute apart) is one where the gate cannot tell a regression from the spread.
+  Then it gets a spin of the GPU after each call for ``--planted`` percent of that call's own GPU
+  time (`planted.ProportionalSlowdown`; twice the margin unless given, and it must exceed the
+  margin); the self-check passes only if the unchanged run passed and every benchmark of the
+  baseline regressed past the margin. Every benchmark, not most: 26 % more reads as at least 1.26 x
+  0.94 - 1 = 18 % on a case whose median moves 6 % between runs (the largest spread measured on the
+  bundled sampler, on which the 13 % margin rests); a case that misses it ran at least 10 % faster
+  than in the baseline (1.13 / 1.26 = 0.90), a drift close to the margin, so there the gate can be
+  trusted neither to pass an unchanged sampler nor to see a regression of the margin's size, and the
   self-check names it.
 
-Exit codes: 0 passed (``--self-check``: the planted slowdown failed the gate, as it must); 1 a
-median regressed past the margin or a benchmark failed (``--self-check``: the planted slowdown went
-unseen, in a benchmark it names with ``--variant``); 2 a usage or environment error (an argument, a
+
+Exit codes: 0 passed (``--self-check``: the planted slowdown failed the gate, as it must, and with
+``--variant`` the unchanged sampler passed it); 1 a median regressed past the margin or a benchmark
+failed (``--self-check``: the planted slowdown went unseen, or with ``--variant`` the unchanged
+sampler failed, in a benchmark it names); 2 a usage or environment error (an argument, a
 spec that does not resolve, no CUDA GPU, no baseline, a baseline of another GPU or variant),
 printed as one line.
 """
@@ -55,6 +63,7 @@ printed as one line.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import re
@@ -66,7 +75,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from specsample.benchmarks import report
 from specsample.benchmarks.grid import GATE_CASES, Case, within
@@ -78,6 +87,8 @@ BENCHMARKS_DIR = Path(__file__).resolve().parent
 BASELINES = BENCHMARKS_DIR / "baselines"
 AUTHOR_BASELINES = "specsample-baselines"
 MARGIN_PERCENT = report.MARGIN_PERCENT
+# Runs of --save: the baseline keeps each benchmark's middle median, so one slow or fast run is not it.
+SAVE_RUNS = 3
 # The gate's module when it was not started with ``python -m`` (a test calling `main`).
 INSTALLED_MODULE = "specsample.benchmarks.gate"
 
@@ -249,13 +260,40 @@ def record_command(args: argparse.Namespace) -> str:
     return " ".join([*words, "--save"])
 
 
-def judge(
-    args: argparse.Namespace, target: Target, baseline: Path, run_json: Path, pytest_status: int
+def timed_run(
+    args: argparse.Namespace,
+    target: Target,
+    baseline: Path,
+    run_json: Path,
+    scratch: Path,
+    planted: Mapping[str, str],
 ) -> int:
-    """Compare the run with the baseline, print every change, and return the exit code."""
+    """Time the gate cases once (``planted`` names the slowdown, if any), the pytest-benchmark JSON in
+    ``run_json`` beside the baseline's medians; pytest's exit code (0, or 1 if a benchmark failed).
+
+    pytest-benchmark only shows the comparison: the gate judges the medians itself (`judge`), so a
+    regression is one line of its own, never the plugin's exception.
+    """
+    extra = [f"--benchmark-json={run_json}"]
+    if not args.save:
+        extra.append(f"--benchmark-compare={baseline}")
+    command = pytest_command(target.bench_spec, [*extra, *args.pytest_args])
+    prefix = "".join(f"{name}={shlex.quote(value)} " for name, value in planted.items())
+    print(f"$ {prefix}{shlex.join(command)}", flush=True)
+    status = run_pytest(command, scratch, run_environment(planted))
+    if status not in (0, 1) or not run_json.is_file():
+        raise GateUsageError(f"the benchmark run ended with pytest exit code {status}; see its report")
+    return status
+
+
+def compared(args: argparse.Namespace, target: Target, baseline: Path, run_json: Path) -> list[report.Change]:
+    """Every benchmark of the run beside its baseline median, printed with the margin.
+
+    Raises:
+        GateUsageError: if the baseline shares no benchmark with the run.
+    """
     run = report.load_run(run_json)
-    recorded = report.load_run(baseline)
-    changes = report.compare(recorded, run)
+    changes = report.compare(report.load_run(baseline), run)
     if not changes:
         raise GateUsageError(
             f"--baseline {str(baseline)!r} shares no benchmark with this run of {target.name!r}; "
@@ -265,6 +303,38 @@ def judge(
     report.main(["compare", str(baseline), str(run_json), "--margin", str(args.margin)])
     if len(run.records) > len(changes):
         print(f"{len(run.records) - len(changes)} benchmarks of this run have no baseline record: not gated")
+    return changes
+
+
+def judge_unchanged(
+    args: argparse.Namespace, target: Target, baseline: Path, run_json: Path, pytest_status: int
+) -> list[report.Change]:
+    """The self-check's first run, of the sampler as it is: the benchmarks it regressed past the margin
+    (the gate would fail an unchanged sampler there). A benchmark that failed is not timed, and the
+    planted run, which fails it too, names it."""
+    changes = compared(args, target, baseline, run_json)
+    regressed = [change for change in changes if 100 * change.relative > args.margin]
+    print(
+        f"unchanged run of {target.name!r}: {len(regressed)} of {len(changes)} benchmarks past the "
+        f"{args.margin} % margin"
+        + (f"; a benchmark failed (pytest exit {pytest_status})" if pytest_status else "")
+    )
+    return regressed
+
+
+def judge(
+    args: argparse.Namespace,
+    target: Target,
+    baseline: Path,
+    run_json: Path,
+    pytest_status: int,
+    unchanged: Sequence[report.Change] | None = None,
+) -> int:
+    """Compare the run with the baseline, print every change, and return the exit code; ``unchanged``
+    holds what the self-check's run of the unchanged variant regressed (`judge_unchanged`)."""
+    run = report.load_run(run_json)
+    recorded = report.load_run(baseline)
+    changes = compared(args, target, baseline, run_json)
     regressed = sum(100 * change.relative > args.margin for change in changes)
     if not args.self_check:
         if pytest_status and not regressed:
@@ -274,7 +344,7 @@ def judge(
         timed = {record.fullname for record in run.records}
         ours = (record.fullname for record in recorded.records if record.variant == target.name)
         not_timed = [fullname for fullname in ours if fullname not in timed]
-        return judge_proportional(args, target, changes, not_timed)
+        return judge_proportional(args, target, changes, not_timed, unchanged or ())
     if regressed:
         print(
             f"self-check passed: the planted extra pass over the logits regressed {regressed} of "
@@ -295,10 +365,15 @@ def benchmark_name(fullname: str) -> str:
 
 
 def judge_proportional(
-    args: argparse.Namespace, target: Target, changes: Sequence[report.Change], not_timed: Sequence[str]
+    args: argparse.Namespace,
+    target: Target,
+    changes: Sequence[report.Change],
+    not_timed: Sequence[str],
+    unchanged: Sequence[report.Change],
 ) -> int:
-    """The verdict of ``--variant SPEC --self-check``: 0 if the planted slowdown regressed every
-    benchmark of the baseline past the margin, else 1, naming the benchmarks that missed it."""
+    """The verdict of ``--variant SPEC --self-check``: 0 if the unchanged run passed the gate and the
+    planted slowdown regressed every benchmark of the baseline past the margin, else 1, naming the
+    benchmarks that failed the unchanged sampler or missed the slowdown."""
     planted = planted_percent(args)
     why = f"twice the {args.margin} % margin" if args.planted is None else "--planted"
     caught = [change for change in changes if 100 * change.relative > args.margin]
@@ -311,10 +386,21 @@ def judge_proportional(
     print(f"caught (past {args.margin} %) in {len(caught)} of {total} benchmarks:")
     for change in caught:
         print(f"  {100 * change.relative:+7.1f} %  {benchmark_name(change.fullname)}")
+    if unchanged:
+        print(f"failed the unchanged sampler in {len(unchanged)} of {total} benchmarks:")
+        for change in unchanged:
+            print(f"  {100 * change.relative:+7.1f} %  {benchmark_name(change.fullname)}")
+        names = ", ".join(benchmark_name(change.fullname) for change in unchanged)
+        print(
+            f"self-check FAILED: the gate fails {target.name!r} unchanged in {names}: its medians there "
+            f"moved past the {args.margin} % margin between the baseline and this run, so a regression there "
+            "cannot be told from the spread; record the baseline again, or gate with a wider --margin"
+        )
+        return 1
     if not missed and not not_timed:
         print(
-            f"self-check passed: the gate fails a run of {target.name!r} {planted:g} % slower in every one "
-            f"of its {total} benchmarks"
+            f"self-check passed: the gate passes {target.name!r} unchanged and fails a run {planted:g} % "
+            f"slower in every one of its {total} benchmarks"
         )
         return 0
     print(f"missed in {len(missed) + len(not_timed)} of {total} benchmarks:")
@@ -355,11 +441,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--save", action="store_true", help="record the baseline instead of gating")
     parser.add_argument(
+        "--runs",
+        type=int,
+        default=SAVE_RUNS,
+        help=f"with --save: time the cases this many times, each run its own process, and record each "
+        f"benchmark's middle median (default {SAVE_RUNS})",
+    )
+    parser.add_argument(
         "--self-check",
         action="store_true",
         help="gate a run with a planted slowdown: one extra pass over the logits on the bundled sampler "
-        "(passes if a median regressed past the margin); with --variant, --planted percent of each call's "
-        "own GPU time (passes if every benchmark regressed past the margin)",
+        "(passes if a median regressed past the margin); with --variant, first a run of the sampler as it "
+        "is, then --planted percent of each call's own GPU time (passes if the first run passed the gate "
+        "and the second regressed every benchmark past the margin)",
     )
     parser.add_argument("--margin", type=int, default=MARGIN_PERCENT, help="allowed median growth, percent")
     parser.add_argument(
@@ -374,6 +468,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.margin <= 0:
         raise GateUsageError(f"--margin {args.margin}: the allowed growth must be a positive percent")
+    if args.runs < 1 or (args.runs != SAVE_RUNS and not args.save):
+        raise GateUsageError(f"--runs {args.runs}: it counts the runs of --save, at least 1")
     if args.save and args.self_check:
         raise GateUsageError("--save and --self-check: record the baseline first, then self-check against it")
     if args.planted is not None:
@@ -416,28 +512,83 @@ def run_gate(args: argparse.Namespace) -> int:
             raise GateUsageError(f"{baseline} is not a pytest-benchmark JSON baseline: {error!r}") from error
     with tempfile.TemporaryDirectory(prefix="specsample-gate-") as scratch:
         run_json = Path(args.json).resolve() if args.json else Path(scratch) / "run.json"
-        extra = [f"--benchmark-json={run_json}"]
-        if not args.save:
-            extra += [f"--benchmark-compare={baseline}", f"--benchmark-compare-fail=median:{args.margin}%"]
-        command = pytest_command(target.bench_spec, [*extra, *args.pytest_args])
-        planted = planted_environment(args, target)
-        prefix = "".join(f"{name}={shlex.quote(value)} " for name, value in planted.items())
-        print(f"$ {prefix}{shlex.join(command)}", flush=True)
-        status = run_pytest(command, Path(scratch), run_environment(planted))
-        if status not in (0, 1) or not run_json.is_file():
-            raise GateUsageError(f"the benchmark run ended with pytest exit code {status}; see its report")
-        if not args.save:
-            return judge(args, target, baseline, run_json, status)
+        unchanged: list[report.Change] | None = None
+        if args.self_check and target.spec is not None:
+            # First the sampler as it is: a gate that fails it cannot be trusted at this margin.
+            null_json = Path(scratch) / "unchanged.json"
+            null_status = timed_run(args, target, baseline, null_json, Path(scratch), {})
+            unchanged = judge_unchanged(args, target, baseline, null_json, null_status)
+        if args.save:
+            return record_baseline(args, target, baseline, run_json, Path(scratch), gpu)
+        status = timed_run(args, target, baseline, run_json, Path(scratch), planted_environment(args, target))
+        return judge(args, target, baseline, run_json, status, unchanged)
+
+
+def middle_run(runs: Sequence[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, tuple[float, float]]]:
+    """One pytest-benchmark JSON from several runs of the same benchmarks: for each benchmark timed
+    in every run, its record from the run whose median is the middle one (the lower middle of an
+    even count); and each benchmark's smallest and largest median over the runs."""
+    records: dict[str, list[dict[str, Any]]] = {}
+    for run in runs:
+        for bench in run.get("benchmarks", []):
+            records.setdefault(bench["fullname"], []).append(bench)
+    combined = {key: value for key, value in runs[0].items() if key != "benchmarks"}
+    combined["benchmarks"] = []
+    ranges: dict[str, tuple[float, float]] = {}
+    for fullname, timed in records.items():
+        if len(timed) < len(runs):
+            continue
+        timed.sort(key=lambda bench: float(bench["stats"]["median"]))
+        combined["benchmarks"].append(timed[(len(timed) - 1) // 2])
+        ranges[fullname] = (float(timed[0]["stats"]["median"]), float(timed[-1]["stats"]["median"]))
+    return combined, ranges
+
+
+def record_baseline(
+    args: argparse.Namespace, target: Target, baseline: Path, run_json: Path, scratch: Path, gpu: str
+) -> int:
+    """``--save``: time the gate cases ``--runs`` times, each in its own process, and record the
+    middle median of each benchmark as the baseline (`middle_run`); print how far the medians moved
+    between the runs, and say where that spread exceeds the margin. The exit code."""
+    runs = []
+    for index in range(args.runs):
+        path = scratch / f"save-{index}.json"
+        status = timed_run(args, target, baseline, path, scratch, {})
         if status:
             print(f"no baseline recorded: a benchmark of {target.name!r} failed (pytest exit {status})")
             return 1
-        timed = len(report.load_run(run_json).records)
-        if not timed:
-            raise GateUsageError(f"no baseline recorded: the run timed no benchmark of {target.name!r}")
-        baseline.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(run_json, baseline)
+        runs.append(json.loads(path.read_text(encoding="utf-8")))
+    combined, ranges = middle_run(runs)
+    if not combined["benchmarks"]:
+        raise GateUsageError(f"no baseline recorded: the runs timed no benchmark of {target.name!r}")
+    text = json.dumps(combined, indent=2)
+    run_json.write_text(text, encoding="utf-8")
+    baseline.parent.mkdir(parents=True, exist_ok=True)
+    baseline.write_text(text, encoding="utf-8")
+    spreads = sorted(((high / low - 1, name) for name, (low, high) in ranges.items()), reverse=True)
+    if args.runs > 1:
+        print(
+            f"\nmedians of {args.runs} runs (the baseline keeps the middle one); "
+            "spread = largest / smallest - 1:"
+        )
+        for spread, name in spreads:
+            low, high = ranges[name]
+            print(
+                f"  {100 * spread:6.1f} %  {1e6 * low:10.1f} .. {1e6 * high:10.1f} us  {benchmark_name(name)}"
+            )
+        wide = [name for spread, name in spreads if 100 * spread > args.margin]
+        if wide:
+            print(
+                f"{len(wide)} of {len(spreads)} benchmarks moved more than the {args.margin} % margin "
+                f"between runs of the same code (up to {100 * spreads[0][0]:.0f} %): the gate may fail "
+                f"{target.name!r} unchanged there; --self-check says whether it holds, or gate with --margin "
+                f"{math.ceil(round(100 * spreads[0][0], 6))}"
+            )
     gate_command = record_command(args).removesuffix(" --save")
-    print(f"recorded {timed} benchmarks of {target.name!r} on {gpu} at {baseline}; gate with: {gate_command}")
+    print(
+        f"recorded {len(combined['benchmarks'])} benchmarks of {target.name!r} on {gpu} at {baseline}; "
+        f"gate with: {gate_command}"
+    )
     return 0
 
 

@@ -216,15 +216,21 @@ def test_record_gate_and_self_check(
 
     assert gate.main(spec) == 0
     assert runs.option("--benchmark-compare=") == [str(baseline)]
-    assert runs.option("--benchmark-compare-fail=") == [f"median:{gate.MARGIN_PERCENT}%"]
+    # The gate judges the medians itself: pytest-benchmark only shows them (its own failure is an exception).
+    assert not runs.option("--benchmark-compare-fail")
 
     capsys.readouterr()
+    calls = len(runs.calls)
     assert gate.main([*spec, "--self-check"]) == 0
+    # Two runs: the sampler as it is, then with the planted slowdown.
+    assert len(runs.calls) == calls + 2 and PLANTED_ENV not in runs.calls[-2][2]
     assert runs.calls[-1][2][PLANTED_ENV] == "mine=0.26"
     assert EXTRA_PASS_ENV not in runs.calls[-1][2]
     out = capsys.readouterr().out
+    assert "unchanged run of 'mine': 0 of 2 benchmarks past the 13 % margin" in out
     assert f"$ {PLANTED_ENV}=mine=0.26 " in out
-    assert "self-check passed: the gate fails a run of 'mine' 26 % slower in every one of its 2" in out
+    passed = "self-check passed: the gate passes 'mine' unchanged and fails a run 26 % slower in every one"
+    assert f"{passed} of its 2" in out
 
     monkeypatch.setattr(gate, "run_pytest", FakeBenchmarks(planted=0.05))
     assert gate.main([*spec, "--self-check"]) == 1
@@ -234,6 +240,94 @@ def test_record_gate_and_self_check(
     assert gate.main(spec) == 1
     assert "2 of 2 benchmarks regressed past 13" in capsys.readouterr().out
     assert gate.main([*spec, "--margin", "25"]) == 0
+
+
+def test_a_gate_that_fails_the_unchanged_sampler_fails_the_self_check(
+    in_author_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A sampler whose medians move past the margin with nothing changed (20 % here) fails the
+    self-check, naming those benchmarks, even though the planted slowdown was seen everywhere."""
+    monkeypatch.setattr(gate, "gpu_name", lambda: H100)
+    monkeypatch.setattr(gate, "run_pytest", FakeBenchmarks(planted=0.4))
+    spec = ["--variant", "mine.py:Mine"]
+    assert gate.main([*spec, "--save"]) == 0
+    monkeypatch.setattr(gate, "run_pytest", FakeBenchmarks(planted=0.4, drift=0.2))
+    capsys.readouterr()
+    assert gate.main([*spec, "--self-check"]) == 1
+    out = capsys.readouterr().out
+    first, second = (benchmark(case, "mine") for case in GATE_CASES[:2])
+    assert "unchanged run of 'mine': 2 of 2 benchmarks past the 13 % margin" in out
+    assert "caught (past 13 %) in 2 of 2 benchmarks:" in out
+    assert (
+        f"failed the unchanged sampler in 2 of 2 benchmarks:\n    +20.0 %  {first}\n    +20.0 %  {second}"
+        in out
+    )
+    verdict = out.splitlines()[-1]
+    assert verdict.startswith("self-check FAILED: the gate fails 'mine' unchanged in") and second in verdict
+    # A wider margin holds the spread: the same runs pass.
+    assert gate.main([*spec, "--self-check", "--margin", "25"]) == 0
+
+
+class CyclingBenchmarks(FakeBenchmarks):
+    """`FakeBenchmarks` whose unplanted medians grow by the next of ``drifts`` at each run, in turn."""
+
+    def __init__(self, drifts: Sequence[float]) -> None:
+        super().__init__(planted=0.4)
+        self.drifts = list(drifts)
+
+    def __call__(self, command: Sequence[str], directory: Path, environment: dict[str, str]) -> int:
+        self.drift = self.drifts[len(self.calls) % len(self.drifts)]
+        return super().__call__(command, directory, environment)
+
+
+def test_save_records_the_middle_of_three_runs_and_their_spread(
+    in_author_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--save times the cases three times and keeps each benchmark's middle median, so one slow run
+    is not the baseline; a spread past the margin is named with the margin that would hold it."""
+    monkeypatch.setattr(gate, "gpu_name", lambda: H100)
+    runs = CyclingBenchmarks([0.0, 0.3, 0.1])
+    monkeypatch.setattr(gate, "run_pytest", runs)
+    spec = ["--variant", "mine.py:Mine"]
+    capsys.readouterr()
+    assert gate.main([*spec, "--save"]) == 0
+    assert len(runs.calls) == 3 and all(PLANTED_ENV not in call[2] for call in runs.calls)
+    baseline = in_author_dir / "specsample-baselines" / "NVIDIA_H100_80GB_HBM3" / "mine.json"
+    medians = sorted(bench["stats"]["median"] for bench in json.loads(baseline.read_text())["benchmarks"])
+    assert medians == pytest.approx([30e-6 * 1.1, 80e-6 * 1.1])
+    out = capsys.readouterr().out
+    assert "medians of 3 runs (the baseline keeps the middle one)" in out
+    assert f"30.0 %        80.0 ..      104.0 us  {benchmark(GATE_CASES[0], 'mine')}" in out
+    assert (
+        "2 of 2 benchmarks moved more than the 13 % margin between runs of the same code (up to 30 %)" in out
+    )
+    assert "or gate with --margin 30" in out
+
+    runs = CyclingBenchmarks([0.0, 0.05])
+    monkeypatch.setattr(gate, "run_pytest", runs)
+    assert gate.main([*spec, "--save", "--runs", "2"]) == 0
+    out = capsys.readouterr().out
+    assert len(runs.calls) == 2 and "moved more than" not in out
+    medians = sorted(bench["stats"]["median"] for bench in json.loads(baseline.read_text())["benchmarks"])
+    assert medians == pytest.approx([30e-6, 80e-6])  # the lower middle of two
+    assert gate.main([*spec, "--save", "--runs", "1"]) == 0 and "medians of" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "arguments", [["--save", "--runs", "0"], ["--runs", "2"], ["--self-check", "--runs", "5"]]
+)
+def test_runs_counts_the_runs_of_save(
+    in_author_dir: Path,
+    arguments: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--runs below 1, or without --save, is a one-line usage error naming it."""
+    monkeypatch.setattr(gate, "run_pytest", _never_run)
+    capsys.readouterr()
+    assert gate.main(["--variant", "mine.py:Mine", *arguments]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gate: --runs ")
 
 
 @pytest.fixture
