@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import platform
 from pathlib import Path
 from typing import Any
@@ -60,9 +61,11 @@ def decode_tensor(encoded: dict[str, Any] | None, device: torch.device | str = "
     if encoded["dtype"] not in _DTYPES:
         raise ValueError(f"dtype is {encoded['dtype']!r}; expected one of {', '.join(_DTYPES)}")
     dtype = _DTYPES[encoded["dtype"]]
+    shape, values = [int(size) for size in encoded["shape"]], encoded["data"]
+    if min(shape, default=0) < 0 or math.prod(shape) != len(values):
+        raise ValueError(f"shape {shape} holds {math.prod(shape)} values; its data has {len(values)}")
     wide = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
-    data = torch.tensor(encoded["data"], dtype=wide).reshape(encoded["shape"])
-    return data.to(dtype).to(device)
+    return torch.tensor(values, dtype=wide).reshape(shape).to(dtype).to(device)
 
 
 def encode_batch(batch: SpecBatch) -> dict[str, Any]:
@@ -83,9 +86,21 @@ def encode_batch(batch: SpecBatch) -> dict[str, Any]:
 
 
 def decode_batch(encoded: dict[str, Any], device: torch.device | str = "cpu") -> SpecBatch:
-    """The batch `encode_batch` wrote, on ``device``."""
-    tensors = {name: decode_tensor(encoded[name], device) for name in _TENSOR_FIELDS}
-    tensors |= {name: decode_tensor(encoded.get(name), device) for name in _OPTIONAL_TENSOR_FIELDS}
+    """The batch `encode_batch` wrote, on ``device``.
+
+    Raises:
+        KeyError: a required field is missing.
+        ValueError: naming the field whose tensor cannot be decoded (its dtype, or a shape its data
+            does not fill).
+    """
+    tensors: dict[str, torch.Tensor | None] = {}
+    for name in (*_TENSOR_FIELDS, *_OPTIONAL_TENSOR_FIELDS):
+        try:
+            tensors[name] = decode_tensor(
+                encoded[name] if name in _TENSOR_FIELDS else encoded.get(name), device
+            )
+        except (TypeError, ValueError, RuntimeError) as error:
+            raise ValueError(f"batch field {name}: {error}") from error
     return SpecBatch(  # type: ignore[arg-type]
         method=encoded["method"],
         max_num_drafts=encoded.get("max_num_drafts"),

@@ -86,7 +86,7 @@ USAGE_CASES = [
     # Reproducers that are not: a JSON list, an unknown check, a tampered shape, two vocabularies.
     (["replay", "{list}"], "JSON list"),
     (["replay", "{unknown_check}"], "law_of_z"),
-    (["replay", "{bad_shape}"], "not a reproducer"),
+    (["replay", "{bad_shape}"], "batch field target_logits: shape ["),
     (["replay", "{two_vocabs}"], "vocab size"),
     # Outputs that cannot be written are refused before any work.
     (["certify", "--variant", "torch", "--out", "{a_file}"], "--out"),
