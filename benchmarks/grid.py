@@ -62,6 +62,8 @@ class Case:
         batch: ``B``, the number of requests.
         num_drafts: ``n``, drafts per request (every request has the same count).
         vocab: ``V``.
+        filters: the sampling parameters of every request, ``(name, value)`` pairs of ``top_k``,
+            ``top_p`` and ``min_p`` (none by default: the unfiltered law).
     """
 
     method: str
@@ -71,13 +73,16 @@ class Case:
     batch: int
     num_drafts: int
     vocab: int
+    filters: tuple[tuple[str, float], ...] = ()
 
     @property
     def id(self) -> str:
-        """A stable test id such as ``probabilistic-fp32-flat-T1-B64-n4-V128256``."""
+        """A stable test id such as ``probabilistic-fp32-flat-T1-B64-n4-V128256``, with the filters
+        after it when there are any (``...-V128256-top_k50-top_p0.9-min_p0.05``)."""
+        filters = "".join(f"-{name}{value:g}" for name, value in self.filters)
         return (
             f"{self.method}-{self.dtype}-{self.layout}-T{self.temperature:g}"
-            f"-B{self.batch}-n{self.num_drafts}-V{self.vocab}"
+            f"-B{self.batch}-n{self.num_drafts}-V{self.vocab}{filters}"
         )
 
     @property
@@ -117,6 +122,11 @@ def min_bytes(case: Case) -> int:
     return case.logit_bytes + small + outputs
 
 
+# Filtered verification's benchmark settings (issue 29): what serving front ends commonly send.
+TOP_K_P_MIN_P: tuple[tuple[str, float], ...] = (("top_k", 50), ("top_p", 0.9), ("min_p", 0.05))
+TOP_P: tuple[tuple[str, float], ...] = (("top_p", 0.9),)
+
+
 def _gate_cases() -> tuple[Case, ...]:
     base = Case("probabilistic", "fp32", "flat", 1.0, 64, 4, 128256)
     return (
@@ -136,6 +146,11 @@ def _gate_cases() -> tuple[Case, ...]:
         Case("probabilistic", "fp32", "flat", 1.0, 16, 8, 262144),
         Case("probabilistic", "bf16", "slotted", 1.0, 256, 8, 151936),
         Case("strict", "bf16", "slotted", 0.0, 16, 1, 151936),
+        # Filtered verification: top-k, top-p and min-p on every request, at B = 64 and B = 1, and
+        # top-p alone (the threshold search without a top-k bound).
+        dataclasses.replace(base, filters=TOP_K_P_MIN_P),
+        Case("probabilistic", "fp32", "flat", 1.0, 1, 4, 128256, TOP_K_P_MIN_P),
+        dataclasses.replace(base, filters=TOP_P),
     )
 
 
@@ -146,25 +161,32 @@ CALL_LATENCY_CASE = Case("probabilistic", "fp32", "flat", 1.0, 1, 4, 128256)
 
 def within(case: Case, capabilities: Capabilities) -> bool:
     """Whether a sampler that declares ``capabilities`` takes the inputs of ``case``: its method, its
-    logit dtype, its draft logits (the layout names the draft kind) and its vocabulary."""
+    logit dtype, its draft logits (the layout names the draft kind), its vocabulary and its filters."""
     return (
         case.method in capabilities.methods
         and TORCH_DTYPES[case.dtype] in capabilities.dtypes
         and case.layout in capabilities.draft_kinds
         and case.vocab <= capabilities.max_vocab
+        and all(name in capabilities.filters for name, _ in case.filters)
     )
 
 
 def full_grid() -> tuple[Case, ...]:
     """Every case of the grid of docs/design.md: 4 batches x 3 draft counts x 4 vocabs x 2 dtypes
     x 2 layouts x 2 temperatures x 4 methods (1536 cases), ordered so cases sharing logits run
-    together."""
-    return tuple(
+    together; then filtered verification's cases: probabilistic, flat drafts, ``T = 1``, ``n = 4``,
+    ``V = 128256``, 4 batches x 2 dtypes x 2 filter settings (16 cases)."""
+    unfiltered = tuple(
         Case(method, dtype, layout, temperature, batch, num_drafts, vocab)
         for dtype, batch, num_drafts, vocab, layout, temperature, method in itertools.product(
             DTYPES, BATCH_SIZES, NUM_DRAFTS, VOCAB_SIZES, LAYOUTS, TEMPERATURES, METHODS
         )
     )
+    filtered = tuple(
+        Case("probabilistic", dtype, "flat", 1.0, batch, 4, 128256, filters)
+        for dtype, batch, filters in itertools.product(DTYPES, BATCH_SIZES, (TOP_K_P_MIN_P, TOP_P))
+    )
+    return unfiltered + filtered
 
 
 def _smoke_cases() -> tuple[Case, ...]:
@@ -225,13 +247,22 @@ def make_inputs(case: Case, device: torch.device | str, seed: int = 0) -> SpecBa
 
 
 def specialise(batch: SpecBatch, case: Case) -> SpecBatch:
-    """``batch`` with the method, temperature and synthetic rates of ``case``, sharing its logits."""
+    """``batch`` with the method, temperature, synthetic rates and sampling parameters of ``case``,
+    sharing its logits."""
     rates = None
     if METHOD_TABLE[case.method].takes_rates:
         rates = torch.full((case.num_drafts,), SYNTHETIC_RATE, dtype=torch.float64, device=batch.device)
+    settings = dict(case.filters)
+    parameters = {
+        name: None
+        if name not in settings
+        else torch.full((case.batch,), settings[name], dtype=dtype, device=batch.device)
+        for name, dtype in (("top_k", torch.int32), ("top_p", torch.float32), ("min_p", torch.float32))
+    }
     return dataclasses.replace(
         batch,
         method=case.method,  # type: ignore[arg-type]
         temperature=torch.full_like(batch.temperature, case.temperature),
         synthetic_rates=rates,
+        **parameters,  # type: ignore[arg-type]
     )

@@ -78,7 +78,8 @@ class Record:
     def case(self) -> Case:
         """The case's parameters (``None`` where ``info`` lacks one): they pair a variant's record with
         another's."""
-        return Case(**{name: self.info.get(name) for name in CASE_FIELDS})
+        filters = tuple((str(name), value) for name, value in self.info.get("filters") or ())
+        return Case(**{name: self.info.get(name) for name in CASE_FIELDS}, filters=filters)
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -73,21 +74,29 @@ def test_within_reads_every_declared_axis() -> None:
     assert not within(case, Capabilities(draft_kinds=("one-hot", "flat")))
     assert not within(case, Capabilities(max_vocab=151935))
     assert within(case, Capabilities(max_vocab=151936))
+    filtered = dataclasses.replace(case, filters=(("top_k", 50), ("min_p", 0.05)))
+    assert filtered.id == "strict-bf16-slotted-T1-B16-n4-V151936-top_k50-min_p0.05"
+    assert not within(filtered, Capabilities())
+    assert not within(filtered, Capabilities(filters=("top_k", "top_p")))
+    assert within(filtered, Capabilities(filters=("top_k", "min_p")))
 
 
 def test_gate_cases_follow_the_capabilities(in_author_dir: Path) -> None:
     """A variant is gated on the gate cases inside its capabilities; one that declares none gets all
-    of them; the bundled sampler gets all of them too."""
+    of them but the filtered ones (a sampler is never sent sampling parameters it does not declare);
+    the bundled sampler gets all of them."""
+    unfiltered = tuple(c for c in GATE_CASES if not c.filters)
+    assert len(unfiltered) == 13 and len(GATE_CASES) == 16
     mine = gate.load_target("mine.py:Mine")
     assert mine.name == "mine"
     assert mine.bench_spec == f"{in_author_dir / 'mine.py'}:Mine"
     assert len(mine.cases) == 6
     assert {(c.method, c.dtype, c.layout) for c in mine.cases} == {("probabilistic", "fp32", "flat")}
-    assert gate.load_target("mine.py:Bare").cases == GATE_CASES
+    assert gate.load_target("mine.py:Bare").cases == unfiltered
     assert gate.load_target(None) == gate.Target(None, "triton", "triton", GATE_CASES)
     torch_target = gate.load_target("torch")
     assert torch_target.bench_spec == "torch"
-    assert torch_target.cases == tuple(c for c in GATE_CASES if c.method in TORCH_METHODS)
+    assert torch_target.cases == tuple(c for c in GATE_CASES if c.method in TORCH_METHODS)  # it filters
 
 
 def test_baseline_path_rule(in_author_dir: Path) -> None:

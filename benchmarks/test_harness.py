@@ -35,7 +35,8 @@ def test_draft_logits_count_only_where_the_law_needs_them() -> None:
 def test_grids_cover_the_design() -> None:
     """The full grid is the cross product of docs/design.md; the gate and smoke cases are distinct cases."""
     full = full_grid()
-    assert len({c.id for c in full}) == len(full) == 4 * 3 * 4 * 2 * 2 * 2 * 4
+    assert len({c.id for c in full}) == len(full) == 4 * 3 * 4 * 2 * 2 * 2 * 4 + 4 * 2 * 2
+    assert sum(bool(c.filters) for c in full) == 16
     assert set(GATE_CASES) <= set(full)
     assert len(set(SMOKE_CASES)) == len(SMOKE_CASES) == 4 * 2 * 2 * 2
 

@@ -29,6 +29,7 @@ def case_info(case: Case, variant_name: str) -> dict[str, Any]:
         "batch": case.batch,
         "num_drafts": case.num_drafts,
         "vocab": case.vocab,
+        "filters": [list(pair) for pair in case.filters],
         "bytes": min_bytes(case),
     }
 
