@@ -51,7 +51,6 @@ gate fails that run:
   trusted neither to pass an unchanged sampler nor to see a regression of the margin's size, and the
   self-check names it.
 
-
 Exit codes: 0 passed (``--self-check``: the planted slowdown failed the gate, as it must, and with
 ``--variant`` the unchanged sampler passed it); 1 a median regressed past the margin or a benchmark
 failed (``--self-check``: the planted slowdown went unseen, or with ``--variant`` the unchanged
@@ -443,7 +442,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--runs",
         type=int,
-        default=SAVE_RUNS,
         help=f"with --save: time the cases this many times, each run its own process, and record each "
         f"benchmark's middle median (default {SAVE_RUNS})",
     )
@@ -468,8 +466,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.margin <= 0:
         raise GateUsageError(f"--margin {args.margin}: the allowed growth must be a positive percent")
-    if args.runs < 1 or (args.runs != SAVE_RUNS and not args.save):
+    if args.runs is not None and (args.runs < 1 or not args.save):
         raise GateUsageError(f"--runs {args.runs}: it counts the runs of --save, at least 1")
+    args.runs = SAVE_RUNS if args.runs is None else args.runs
     if args.save and args.self_check:
         raise GateUsageError("--save and --self-check: record the baseline first, then self-check against it")
     if args.planted is not None:

@@ -323,7 +323,7 @@ def test_save_records_the_middle_of_three_runs_and_their_spread(
 
 
 @pytest.mark.parametrize(
-    "arguments", [["--save", "--runs", "0"], ["--runs", "2"], ["--self-check", "--runs", "5"]]
+    "arguments", [["--save", "--runs", "0"], ["--runs", "2"], ["--self-check", "--runs", "3"]]
 )
 def test_runs_counts_the_runs_of_save(
     in_author_dir: Path,
