@@ -191,10 +191,15 @@ def full_grid() -> tuple[Case, ...]:
 
 def _smoke_cases() -> tuple[Case, ...]:
     # Every method, dtype, layout and temperature, at a vocabulary of two 4096-token tiles so the
-    # split combine runs, and two requests so the per-request offsets matter.
-    return tuple(
-        Case(method, dtype, layout, temperature, 2, 2, 5000)
-        for method, dtype, layout, temperature in itertools.product(METHODS, DTYPES, LAYOUTS, TEMPERATURES)
+    # split combine runs, and two requests so the per-request offsets matter; and one filtered case
+    # (run for the samplers that declare its filters).
+    axes = itertools.product(METHODS, DTYPES, LAYOUTS, TEMPERATURES)
+    return (
+        *(
+            Case(method, dtype, layout, temperature, 2, 2, 5000)
+            for method, dtype, layout, temperature in axes
+        ),
+        Case("probabilistic", "fp32", "flat", 1.0, 2, 2, 5000, TOP_K_P_MIN_P),
     )
 
 

@@ -38,7 +38,7 @@ def test_grids_cover_the_design() -> None:
     assert len({c.id for c in full}) == len(full) == 4 * 3 * 4 * 2 * 2 * 2 * 4 + 4 * 2 * 2
     assert sum(bool(c.filters) for c in full) == 16
     assert set(GATE_CASES) <= set(full)
-    assert len(set(SMOKE_CASES)) == len(SMOKE_CASES) == 4 * 2 * 2 * 2
+    assert len(set(SMOKE_CASES)) == len(SMOKE_CASES) == 4 * 2 * 2 * 2 + 1
 
 
 def test_slotted_inputs_read_through_the_slots() -> None:
