@@ -120,12 +120,18 @@ def _paired(records: Iterable[Record]) -> dict[tuple[str, Case], dict[str, Recor
     return pairs
 
 
+def _filters(info: dict[str, Any]) -> str:
+    """A record's sampling parameters in words (``top_k 50, top_p 0.9``), empty when unfiltered."""
+    return ", ".join(f"{name} {value:g}" for name, value in info.get("filters") or ())
+
+
 def results_table(records: Sequence[Record]) -> str:
-    """The Markdown table of GPU times: shape, mean tokens emitted, ours, floor, ratio, bandwidth, PyTorch."""
+    """The Markdown table of GPU times: shape, filters, mean tokens emitted, ours, floor, ratio,
+    bandwidth, PyTorch."""
     lines = [
-        "| method | dtype | drafts | T | B | n | V | emitted | ours (us) | floor (us) | ratio | GB/s "
-        "| torch (us) | torch / ours |",
-        "|---|---|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| method | dtype | drafts | T | B | n | V | filters | emitted | ours (us) | floor (us) | ratio "
+        "| GB/s | torch (us) | torch / ours |",
+        "|---|---|---|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for variants in _paired(r for r in records if r.test == "test_gpu_time").values():
         ours, torch_record = variants.get(OURS), variants.get(PYTORCH)
@@ -139,7 +145,7 @@ def results_table(records: Sequence[Record]) -> str:
         emitted = f"{ours.info['mean_emitted']:.2f}" if ours and "mean_emitted" in ours.info else ""
         lines.append(
             f"| {info['method']} | {info['dtype']} | {info['layout']} | {info['temperature']:g} "
-            f"| {info['batch']} | {info['num_drafts']} | {info['vocab']} | {emitted} "
+            f"| {info['batch']} | {info['num_drafts']} | {info['vocab']} | {_filters(info)} | {emitted} "
             f"| {_us(ours.median_s if ours else None)} | {info.get('floor_us', 0):.1f} | {ratio} "
             f"| {bandwidth} | {_us(torch_record.median_s if torch_record else None)} | {speedup} |"
         )
@@ -154,20 +160,22 @@ def summary_table(records: Sequence[Record]) -> str:
         if ours is None or "floor_ratio" not in ours.info:
             continue
         info = ours.info
-        key = (info["method"], info["temperature"], info["dtype"], info["batch"] >= 64)
+        key = (info["method"], _filters(info), info["temperature"], info["dtype"], info["batch"] >= 64)
         pytorch = variants.get(PYTORCH)
         slowdown = pytorch.median_s / ours.median_s if pytorch else None
         groups.setdefault(key, []).append((info["floor_ratio"], slowdown))
     lines = [
-        "| method | T | dtype | B | cases | ratio min | ratio median | ratio max | torch / ours median |",
-        "|---|---|---|---|---:|---:|---:|---:|---:|",
+        "| method | filters | T | dtype | B | cases | ratio min | ratio median | ratio max "
+        "| torch / ours median |",
+        "|---|---|---|---|---|---:|---:|---:|---:|---:|",
     ]
-    for (method, temperature, dtype, large), values in sorted(groups.items()):
+    for (method, filters, temperature, dtype, large), values in sorted(groups.items()):
         ratios = [ratio for ratio, _ in values]
         slowdowns = [s for _, s in values if s is not None]
         slowdown = f"{statistics.median(slowdowns):.0f}x" if slowdowns else ""
         lines.append(
-            f"| {method} | {temperature:g} | {dtype} | {'>= 64' if large else '< 64'} | {len(values)} "
+            f"| {method} | {filters} | {temperature:g} | {dtype} | {'>= 64' if large else '< 64'} "
+            f"| {len(values)} "
             f"| {min(ratios):.2f} | {statistics.median(ratios):.2f} | {max(ratios):.2f} | {slowdown} |"
         )
     return "\n".join(lines)

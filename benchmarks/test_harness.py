@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -10,7 +11,15 @@ import torch
 
 from specsample.benchmarks import report
 from specsample.benchmarks.gate import baseline_path
-from specsample.benchmarks.grid import GATE_CASES, SMOKE_CASES, Case, full_grid, make_inputs, min_bytes
+from specsample.benchmarks.grid import (
+    GATE_CASES,
+    SMOKE_CASES,
+    TOP_K_P_MIN_P,
+    Case,
+    full_grid,
+    make_inputs,
+    min_bytes,
+)
 from specsample.benchmarks.planted import EXTRA_PASS_ENV, ExtraLogitPass, with_planted_slowdown
 from specsample.benchmarks.timing import rounds_for
 from specsample.reference.sampler import ReferenceSampler
@@ -172,3 +181,18 @@ def test_block_accepted_length_rows(capsys: pytest.CaptureFixture[str]) -> None:
     block_accepted.main(["--shapes", "2x2x64", "--draws", "2", "--batches", "3"])
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
     assert len(lines) >= 2 + 3 and any("drafts from q" in line for line in lines)
+
+
+def test_reports_keep_filtered_cases_apart(tmp_path: Path) -> None:
+    """A filtered record has its own case (read back from its ``extra_info``), its own row in the results
+    table and its own group in the summary, beside the unfiltered record of the same shape."""
+    path = _write_run(tmp_path / "run.json", {"plain": 86e-6, "filtered": 2_370e-6})
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["benchmarks"][1]["extra_info"]["filters"] = [["top_k", 50], ["top_p", 0.9], ["min_p", 0.05]]
+    path.write_text(json.dumps(data), encoding="utf-8")
+    plain, filtered = report.load_run(path).records
+    assert filtered.case == dataclasses.replace(HEADLINE, filters=TOP_K_P_MIN_P) and plain.case == HEADLINE
+    rows = report.results_table([plain, filtered]).splitlines()[2:]
+    assert len(rows) == 2 and "| 128256 |  |" in rows[0] and "| top_k 50, top_p 0.9, min_p 0.05 |" in rows[1]
+    groups = report.summary_table([plain, filtered]).splitlines()[2:]
+    assert len(groups) == 2 and "| probabilistic |  | 1 |" in groups[0] and "top_p 0.9" in groups[1]
