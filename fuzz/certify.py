@@ -321,6 +321,14 @@ def markdown(
     return "\n".join(lines)
 
 
+def report_paths(out: Path) -> tuple[Path, Path]:
+    """Where certify writes its report: ``out`` itself and the same name with ``.json`` when ``out``
+    names a Markdown file (``*.md``), else ``report.md`` and ``report.json`` in the folder ``out``."""
+    if out.suffix.lower() == ".md":
+        return out, out.with_suffix(".json")
+    return out / "report.md", out / "report.json"
+
+
 def certify(
     specs: list[str],
     *,
@@ -371,8 +379,9 @@ def certify(
         missed += ["the self-test did not run"] if mutants else []
         said = "; ".join(missed) or "the tables above hold what finished"
         text += f"\n**Interrupted** (Ctrl-C): {said}.\n"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "report.md").write_text(text + "\n")
+    markdown_path, json_path = report_paths(out)
+    markdown_path.parent.mkdir(parents=True, exist_ok=True)
+    markdown_path.write_text(text + "\n")
     data = {
         "status": status,
         "profile": profile,
@@ -395,7 +404,7 @@ def certify(
         ],
         "mutants": [m.to_json() for m in records],
     }
-    (out / "report.json").write_text(json.dumps(data, indent=1) + "\n")
+    json_path.write_text(json.dumps(data, indent=1) + "\n")
     print(text)
-    print(f"Report written to {out / 'report.md'} and {out / 'report.json'}")
+    print(f"Report written to {markdown_path} and {json_path}")
     return status

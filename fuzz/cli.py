@@ -341,7 +341,7 @@ def cmd_certify(args: argparse.Namespace) -> int:
     from specsample.fuzz.certify import DEFAULT_VARIANTS, certify
     from specsample.fuzz.spec import load_variant
 
-    _writable(args.out, "--out")
+    _writable(args.out, "--out", directory=args.out.suffix.lower() != ".md")
     specs = args.variant or list(DEFAULT_VARIANTS)
     for spec in specs:
         load_variant(spec)  # a spec that names nothing is a usage error before any work
@@ -566,7 +566,13 @@ def build_parser() -> argparse.ArgumentParser:
         help=check_help,
     )
     cert.add_argument("--methods", type=_methods, help="comma list (default: every method it implements)")
-    cert.add_argument("--out", type=Path, default=Path("certify-report"), help="report directory")
+    cert.add_argument(
+        "--out",
+        type=Path,
+        default=Path("certify-report"),
+        help="the report: a folder (report.md and report.json in it; default certify-report), or a file "
+        "ending in .md (its JSON beside it, with .json)",
+    )
     cert.add_argument("--no-mutants", action="store_true", help="skip the mutant self-test")
     common(cert)
 

@@ -176,5 +176,20 @@ def test_ctrl_c_keeps_the_work_and_exits_130(tmp_path: Path, capsys: pytest.Capt
     assert "| invariants |" in report or "the table holds the cases that finished" in report
     # It says what it did not do: here the self-test (certify runs it unless --no-mutants).
     assert "**Interrupted** (Ctrl-C): the self-test did not run." in report
-    assert main([*certify, "--out", str(out), "--check-budget", "5", "--no-mutants"]) == EXIT_INTERRUPTED
-    assert "**Interrupted** (Ctrl-C): the tables above hold what finished." in (out / "report.md").read_text()
+    # --out naming a Markdown file: the report there, its JSON beside it.
+    partial = tmp_path / "reports" / "partial.md"
+    assert main([*certify, "--out", str(partial), "--check-budget", "5", "--no-mutants"]) == EXIT_INTERRUPTED
+    assert "**Interrupted** (Ctrl-C): the tables above hold what finished." in partial.read_text()
+    assert json.loads(partial.with_suffix(".json").read_text())["status"] == "interrupted"
+    assert sorted(p.name for p in partial.parent.iterdir()) == ["partial.json", "partial.md"]
+
+
+def test_certify_out_is_a_folder_or_a_markdown_file(tmp_path: Path) -> None:
+    """--out names a folder (report.md and report.json in it) or a ``.md`` file (the JSON beside it); a
+    folder named like a Markdown file is a usage error before any work."""
+    from specsample.fuzz.certify import report_paths
+
+    assert report_paths(Path("ci/report")) == (Path("ci/report/report.md"), Path("ci/report/report.json"))
+    assert report_paths(Path("ci/pr-42.md")) == (Path("ci/pr-42.md"), Path("ci/pr-42.json"))
+    (tmp_path / "taken.md").mkdir()
+    assert main(["certify", "--variant", "torch", "--out", str(tmp_path / "taken.md")]) == EXIT_USAGE
