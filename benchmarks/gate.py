@@ -285,14 +285,16 @@ def timed_run(
     return status
 
 
-def compared(args: argparse.Namespace, target: Target, baseline: Path, run_json: Path) -> list[report.Change]:
+def compared(
+    args: argparse.Namespace, target: Target, recorded: report.Run, run: report.Run
+) -> list[report.Change]:
     """Every benchmark of the run beside its baseline median, printed with the margin.
 
     Raises:
         GateUsageError: if the baseline shares no benchmark with the run.
     """
-    run = report.load_run(run_json)
-    changes = report.compare(report.load_run(baseline), run)
+    baseline, run_json = recorded.path, run.path
+    changes = report.compare(recorded, run)
     if not changes:
         raise GateUsageError(
             f"--baseline {str(baseline)!r} shares no benchmark with this run of {target.name!r}; "
@@ -311,7 +313,7 @@ def judge_unchanged(
     """The self-check's first run, of the sampler as it is: the benchmarks it regressed past the margin
     (the gate would fail an unchanged sampler there). A benchmark that failed is not timed, and the
     planted run, which fails it too, names it."""
-    changes = compared(args, target, baseline, run_json)
+    changes = compared(args, target, report.load_run(baseline), report.load_run(run_json))
     regressed = [change for change in changes if 100 * change.relative > args.margin]
     print(
         f"unchanged run of {target.name!r}: {len(regressed)} of {len(changes)} benchmarks past the "
@@ -333,7 +335,7 @@ def judge(
     holds what the self-check's run of the unchanged variant regressed (`judge_unchanged`)."""
     run = report.load_run(run_json)
     recorded = report.load_run(baseline)
-    changes = compared(args, target, baseline, run_json)
+    changes = compared(args, target, recorded, run)
     regressed = sum(100 * change.relative > args.margin for change in changes)
     if not args.self_check:
         if pytest_status and not regressed:

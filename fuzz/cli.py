@@ -338,10 +338,11 @@ def cmd_mutants(args: argparse.Namespace) -> int:
 def cmd_certify(args: argparse.Namespace) -> int:
     """Run the property checks, a short fuzz campaign and the mutant self-test; print the report and
     write it as Markdown and JSON."""
-    from specsample.fuzz.certify import DEFAULT_VARIANTS, certify
+    from specsample.fuzz.certify import DEFAULT_VARIANTS, certify, report_paths
     from specsample.fuzz.spec import load_variant
 
-    _writable(args.out, "--out", directory=args.out.suffix.lower() != ".md")
+    markdown, _ = report_paths(args.out)
+    _writable(args.out, "--out", directory=markdown != args.out)
     specs = args.variant or list(DEFAULT_VARIANTS)
     for spec in specs:
         load_variant(spec)  # a spec that names nothing is a usage error before any work
