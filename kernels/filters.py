@@ -2,38 +2,43 @@
 
 Each filter of `reference.filters` keeps the tokens at or above a value, so a row's kept set is
 ``{x : z_x >= t}`` for one threshold ``t`` per row (DESIGN.md, "Filtered verification"). This
-module finds ``t`` without sorting the vocabulary. A row is cut into chunks of whole tiles, one
-program a chunk (`default_chunks`: on a GPU, enough programs to fill it whatever the batch), and a
-row is read a few times, tile by tile, never holding more than one tile:
+module finds ``t`` without sorting the vocabulary: it reads a row twice, each time shared by
+several programs (chunks of whole tiles, `default_chunks`: on a GPU, enough programs to fill it
+whatever the batch), and sorts only the few tokens near a pivot, in one program per row. The
+searches compare int32 order keys of the float32 values (`_order_key`: integer order is float
+order), so every pivot is a token's exact value.
 
-1. the row max ``m`` and ``S = sum exp((z - m) / T)`` (`filter_stats_kernel`, chunk by chunk,
-   combined in chunk order by `filter_start_kernel`);
-2. min-p keeps ``(z - m) / T >= log(min_p)``: the smallest float32 logit at or above
-   ``m + log(min_p) T``, that sum taken in float64 (`_min_p_key`);
-3. top-k, a value pivot: the ``k``-th largest kept value is the largest order key with at least
-   ``k`` kept tokens at or above it, found by a ``WAYS``-way search over the int32 keys of the
-   float32 values (`_order_key`: integer order is float order): each pass (`filter_count_kernel`)
-   counts the tokens at or above ``WAYS`` keys at once (a ``[BLOCK_V, WAYS]`` comparison summed over
-   the tile) and narrows the interval of keys ``WAYS``-fold; `SEARCH_PASSES` passes cover every
-   float32 value, so the search ends on the ``k``-th value itself (`_kth_bounds`). The first pass
-   also counts the kept tokens, which tells whether top-k filters at all;
-4. top-p, over the law renormalised on what min-p and top-k kept: the smallest order key whose
-   kept tokens strictly above carry mass ``< top_p`` times the kept mass, by the same search over
-   the same keys, each pass (`filter_mass_kernel`) summing ``exp((z - m) / T)`` above ``WAYS`` keys
-   at once (`_top_p_bounds`); the first pass also sums the kept mass. Masses are fp32 sums of
-   ``exp((z - m) / T)``, tile by tile within a chunk and then chunk by chunk, every key's mass summed
-   in the same order, so a token whose mass above lies within a few ulps (times ``sqrt(V)``) of
-   ``top_p`` is a near pivot (`reference.filters.pivot_band`);
-5. ``t`` is the smallest kept logit, ``-inf`` where every token is kept (`filter_smallest_kernel`,
-   `filter_finish_kernel`).
+1. ``filter_stats_kernel`` (each chunk): the max, ``sum exp((z - max) / T)`` and least logit, and the
+   max of every tile of `maxima_tile` tokens (at most `MAX_TILES` of them a row).
+2. ``filter_start_kernel`` (each row): the chunks' statistics combined in chunk order; min-p's key,
+   ``(z - max) / T >= log(min_p)`` with the cut taken in float64 (`_min_p_key`); and the row's second
+   pass. Top-k: the ``k``-th largest tile maximum bounds the ``k``-th value from below (``k`` tiles
+   hold a token at or above it), so the tokens at or above it (and min-p's key) are few where the
+   logits are spread over the vocabulary. Top-p without top-k: the masses above `FIRST_WAYS`
+   values first (3).
+3. ``filter_mass_kernel`` (each chunk, top-p rows): ``sum exp((z - max) / T)`` above each of the
+   first pass's cuts: lane 0 is the kept set's bound, whose mass is the kept mass (so top-p's
+   target comes from the same sums as every mass compared with it), the others values evenly spaced
+   from `_top_p_floor` to the max.
+4. ``filter_compact_kernel`` (each chunk): top-p rows add the masses over the chunks in chunk order
+   (every program finds the same interval: the mass above its lower end at least the target, above
+   its upper end below it); then the tokens of the row's interval are counted and their keys
+   compacted into the row's candidates (up to `CAPACITY`, slots from an atomic counter); and each
+   chunk's smallest logit at or above min-p's key.
+5. ``filter_select_kernel`` (each row): where the interval's tokens fit, they are sorted (`_sorted`)
+   and the pivots read off: the ``k``-th largest, then top-p's over the renormalised kept mass by a
+   cumulative sum largest first (`_top_p_sorted`, `_top_p_finish`). Where they do not, the program
+   narrows the interval itself, ``WAYS`` cuts a pass (`_cuts`: by value first, then by key, each
+   pass ``WAYS``-fold), until its tokens fit or it is one key wide; `exact_passes` passes find the
+   exact pivot without any sort. ``t`` is the smallest kept logit: the last pivot, or the least of
+   the chunks' smallest logits at or above min-p's key, and ``-inf`` where every token is kept.
 
-Each pass is one launch over every chunk of every row. Its programs first narrow the row's interval
-by the previous pass's partial results, added in chunk order, so every program of a row finds the
-same interval (and chunk 0 records it for the next); a row whose interval is one key wide is done,
-and its programs leave at once. A row that filters by top-k and top-p is read at most
-``2 * SEARCH_PASSES + 2`` times, 18 with 16 ways; a row without top-k or top-p, at most 2 times.
-The jit code and its launcher, `filter_thresholds`, live together here; `apply_thresholds` masks
-the logits with the thresholds (`apply_threshold_kernel`: one read and one write of each logit).
+Masses are float32 sums of ``exp((z - max) / T)``; a token whose mass above lies within a few ulps
+(times ``sqrt(V)``) of ``top_p`` is a near pivot (`reference.filters.pivot_band`). A row that
+filters by top-k, top-p and min-p is read twice (three times with top-p alone), plus the passes of a
+search whose interval does not fit; a row with min-p alone, twice; an unfiltered call launches
+nothing. `apply_thresholds` masks the logits with the thresholds (`apply_threshold_kernel`: one
+read and one write of each logit).
 
 Numbers follow `reference.filters`: NaN logits count as ``-inf``; ``-0.0`` ties with ``+0.0``;
 ties at a pivot are kept whole; the row max is always kept; a probability that float64 rounds to
@@ -72,24 +77,44 @@ from specsample.kernels.rules import (
 )
 from specsample.reference.contract import LOGIT_DTYPES
 
-# Keys a search pass tries at once: each pass narrows the interval of order keys WAYS-fold.
+# Keys a search pass tries at once: each pass by key narrows the interval of order keys WAYS-fold.
 WAYS = 16
-# Passes of a search over the order keys: the keys of float32 values span fewer than 2**32, and
-# SEARCH_PASSES passes narrow 2**32 keys down to one.
-SEARCH_PASSES = -(-32 // (WAYS.bit_length() - 1))
 # Tile widths: the default is the vocabulary's next power of two, within these bounds; a search pass
 # holds a [BLOCK_V, WAYS] tile, at most 16,384 elements by default.
 MIN_BLOCK_V = 16
 MAX_BLOCK_V = 16384 // WAYS
 # The interpreter (CPU tensors) pays per operation rather than per element: wider default tiles.
 INTERPRETER_MAX_BLOCK_V = 8192
+# Tokens a search compacts and sorts at most (a row's program holds them as one tile), by default and
+# at most.
+CAPACITY = 4096
+MAX_CAPACITY = 16384
+# The interpreter sorts slowly (about 1 s a row for 1,024 keys): it compacts at most this many.
+INTERPRETER_CAPACITY = 32
+# Values top-p's first pass tries (`filter_mass_kernel`): an interval of 1/32 of the row's span of
+# logits holds at most CAPACITY tokens in most rows, which are then sorted rather than searched.
+FIRST_WAYS = 32
+# Candidates up to this many are sorted in a tile this wide (`_sorted`).
+SMALL_SORT = tl.constexpr(256)
+# A row's tile maxima: at most MAX_TILES of them, each over at least MIN_TILE tokens (`maxima_tile`).
+MAX_TILES = 1024
+MIN_TILE = 16
+# Passes that find a pivot by passes alone (`exact_passes`): one by value, eight by key.
+SEARCH_PASSES = 1 + -(-32 // (WAYS.bit_length() - 1))
+# Elements of a search pass's [BLOCK_V, WAYS] tile in a row's program, at most, on a GPU.
+SEARCH_TILE = 16384
+# The tile width of a row's program's compaction, on a GPU.
+SCAN_BLOCK = 8192
+# Warps of a row's search program and of top-p's first pass.
+SELECT_WARPS = 8
 # The largest finite float32: min-p's cut is clamped to -FLT_MAX before its conversion to float32.
 FLT_MAX = tl.constexpr(3.4028234663852886e38)
 POS_INF = tl.constexpr(float("inf"))
 # Bits that `_order_key` flips in negative values (every bit but the sign).
 MAGNITUDE_BITS = tl.constexpr(0x7FFFFFFF)
-# Below every order key (the least, -inf's, is -2**31 + 2**23 - 1) and every search candidate.
+# Below every order key (the least, -inf's, is NEG_INF_KEY) and every bound and cut.
 NO_KEY = tl.constexpr(-(2**31))
+NEG_INF_KEY = tl.constexpr(-(2**31) + 2**23 - 1)
 INDEX_DTYPES = (torch.int32, torch.int64)
 
 
@@ -118,34 +143,36 @@ def _tile(row_ptr, tile_start, end, BLOCK_V: tl.constexpr):
 
 
 @triton.jit
-def _chunk_stats(row_ptr, begin, end, inv_temperature, BLOCK_V: tl.constexpr):
-    """``(max, sum of exp((z - max) / T))`` of tokens ``[begin, end)``, the sum rescaled as the max grows."""
-    chunk_max = tl.full([], NEG_INF, tl.float32)
-    chunk_sum = tl.full([], 0.0, tl.float32)
-    tile_start = begin
-    while tile_start < end:
-        x, in_vocab = _tile(row_ptr, tile_start, end, BLOCK_V)
-        new_max = tl.maximum(chunk_max, tl.max(x, axis=0))
-        weights = tl.where(in_vocab, tl.exp(scaled_logit(x, new_max, inv_temperature)), 0.0)
-        chunk_sum = chunk_sum * rescale_factor(chunk_max, new_max, inv_temperature) + tl.sum(weights, axis=0)
-        chunk_max = new_max
-        tile_start += BLOCK_V
-    return chunk_max, chunk_sum
-
-
-@triton.jit
 def _keys(x, in_vocab):
-    """The order keys of a tile, `NO_KEY` (below every candidate) outside the vocabulary."""
+    """The order keys of a tile, `NO_KEY` (below every bound and cut) outside the vocabulary."""
     return tl.where(in_vocab, _order_key(x), NO_KEY)
 
 
 @triton.jit
-def _candidates(lo, top, WAYS: tl.constexpr):
-    """``WAYS`` order keys ``lo + j ceil((top - lo) / WAYS)``, ``j < WAYS``, capped at ``top`` (int64):
-    lane 0 is ``lo`` itself, and every gap between lanes, or from the last lane to ``top``, is at most
-    ``ceil((top - lo) / WAYS)`` keys wide."""
+def _weights(x, in_vocab, row_max, inv_temperature):
+    """``exp((z - max) / T)`` of a tile, 0 outside the vocabulary: every mass sums these."""
+    return tl.where(in_vocab, tl.exp(scaled_logit(x, row_max, inv_temperature)), 0.0)
+
+
+@triton.jit
+def _cuts(lo, top, floor, by_value, WAYS: tl.constexpr):
+    """``[WAYS]`` order keys of a search pass in ``[lo, top]`` (int64, ascending), lane 0 ``lo`` itself.
+
+    By key (``by_value`` false, or an end not finite): ``lo + j ceil((top - lo) / WAYS)`` capped at
+    ``top``, so every gap between lanes, or from the last lane to ``top``, is at most
+    ``ceil((top - lo) / WAYS)`` keys wide: ``WAYS``-fold narrowing, whatever the values. By value:
+    the keys of ``WAYS`` values evenly spaced from ``max(value(lo), floor)`` to ``value(top)``, which
+    place the cuts where the logits are rather than across every float32 exponent."""
+    lanes = tl.arange(0, WAYS)
     step = (top - lo + (WAYS - 1)) // WAYS
-    return tl.minimum(lo + tl.arange(0, WAYS).to(tl.int64) * step, top)
+    by_key = tl.minimum(lo + lanes.to(tl.int64) * step, top)
+    a = tl.maximum(_key_value(tl.maximum(lo, NEG_INF_KEY).to(tl.int32)), floor)
+    b = _key_value(top.to(tl.int32))
+    use_value = by_value & (a > NEG_INF) & (b < POS_INF) & (a < b)
+    f = lanes.to(tl.float32) / WAYS
+    values = tl.where(use_value, a * (1.0 - f) + b * f, 0.0)
+    by_values = tl.minimum(tl.maximum(_order_key(values).to(tl.int64), lo), top)
+    return tl.where(use_value, tl.where(lanes == 0, lo, by_values), by_key)
 
 
 @triton.jit
@@ -164,15 +191,16 @@ def _counts_from(row_ptr, begin, end, cuts, BLOCK_V: tl.constexpr, WAYS: tl.cons
 
 
 @triton.jit
-def _masses_above(row_ptr, begin, end, cuts, row_max, inv_temperature,
-                  BLOCK_V: tl.constexpr, WAYS: tl.constexpr):  # fmt: skip
-    """``[WAYS]`` ``sum exp((z - max) / T)`` over the tokens of ``[begin, end)`` whose order key is
-    ``> cuts[j]`` (int32 cuts).
+def _masses_above(row_ptr, begin, end, cuts, row_max, inv_temperature, BLOCK_V: tl.constexpr,
+                  WAYS: tl.constexpr):  # fmt: skip
+    """``([WAYS] sum of exp((z - max) / T), [WAYS] count)`` over the tokens of ``[begin, end)`` whose
+    order key is ``> cuts[j]`` (int32 cuts).
 
     Each lane is a fixed sum of non-negative terms, reduced tile by tile in the same order as every
     other lane and whatever its cut is: it never decreases as the cut does, so a search on it is
     consistent (monotone, and the same cut gets the same mass in any lane of any pass)."""
     masses = tl.zeros([WAYS], tl.float32)
+    counts = tl.zeros([WAYS], tl.int32)
     tile_start = begin
     while tile_start < end:
         x, in_vocab = _tile(row_ptr, tile_start, end, BLOCK_V)
@@ -180,27 +208,62 @@ def _masses_above(row_ptr, begin, end, cuts, row_max, inv_temperature,
         # A tile at or below the least cut (lane 0's) adds nothing above any cut: skipping it adds
         # zeros, which leaves every sum as it was.
         if tl.max(keys, axis=0) > tl.min(cuts, axis=0):
-            weights = tl.where(in_vocab, tl.exp(scaled_logit(x, row_max, inv_temperature)), 0.0)
+            weights = _weights(x, in_vocab, row_max, inv_temperature)
             above = keys[:, None] > cuts[None, :]
             masses += tl.sum(tl.where(above, weights[:, None], 0.0), axis=0)
+            counts += tl.sum(above.to(tl.int32), axis=0)
         tile_start += BLOCK_V
-    return masses
+    return masses, counts
 
 
 @triton.jit
-def _smallest_from(row_ptr, begin, end, key, BLOCK_V: tl.constexpr):
-    """``(the smallest logit whose order key is >= key, the smallest logit)`` of ``[begin, end)``
-    (``+inf``: none)."""
-    smallest = tl.full([], POS_INF, tl.float32)
-    least = smallest
+def _compact(row_ptr, out_ptr, begin, end, lo, hi, capacity, counter_ptr, SHARED: tl.constexpr,
+             BLOCK_V: tl.constexpr):  # fmt: skip
+    """How many tokens of ``[begin, end)`` have an order key in ``[lo, hi)`` (int32 bounds); their keys
+    into ``out_ptr[0:capacity]`` (those that fit). Alone (``SHARED`` false) a program writes them in
+    token order from slot 0; programs that share a row (``SHARED``) take their slots from the row's
+    counter (``counter_ptr``, an atomic add a tile), in no fixed order: the keys are sorted before use."""
+    n = tl.full([], 0, tl.int32)
     tile_start = begin
     while tile_start < end:
         x, in_vocab = _tile(row_ptr, tile_start, end, BLOCK_V)
-        kept = in_vocab & (_order_key(x) >= key)
-        smallest = tl.minimum(smallest, tl.min(tl.where(kept, x, POS_INF), axis=0))
-        least = tl.minimum(least, tl.min(tl.where(in_vocab, x, POS_INF), axis=0))
+        keys = _keys(x, in_vocab)
+        taken = ((keys >= lo) & (keys < hi)).to(tl.int32)
+        count = tl.sum(taken, axis=0)
+        if count > 0:
+            if SHARED:  # noqa: SIM108 (a constexpr branch)
+                first = tl.atomic_add(counter_ptr, count)
+            else:
+                first = n
+            slot = first + tl.cumsum(taken, axis=0) - 1
+            tl.store(out_ptr + slot, keys, mask=(taken > 0) & (slot < capacity))
+            n += count
         tile_start += BLOCK_V
-    return smallest, least
+    return n
+
+
+@triton.jit
+def _sorted(out_ptr, n, CAPACITY: tl.constexpr):
+    """``[CAPACITY]`` the ``n <= CAPACITY`` keys `_compact` wrote, largest first, then `NO_KEY`.
+
+    A sort costs its tile's width whatever ``n``: up to `SMALL_SORT` keys are sorted in a tile of that
+    width and stored back sorted, then read as the full tile."""
+    # The keys were stored by other threads of this program.
+    tl.debug_barrier()
+    lanes = tl.arange(0, CAPACITY)
+    keys = tl.full([CAPACITY], NO_KEY, tl.int32)
+    if CAPACITY > SMALL_SORT:
+        if n <= SMALL_SORT:
+            few = tl.arange(0, SMALL_SORT)
+            keys_few = tl.sort(tl.load(out_ptr + few, mask=few < n, other=NO_KEY), descending=True)
+            tl.store(out_ptr + few, keys_few)
+            tl.debug_barrier()
+            keys = tl.load(out_ptr + lanes, mask=lanes < n, other=NO_KEY)
+        else:
+            keys = tl.sort(tl.load(out_ptr + lanes, mask=lanes < n, other=NO_KEY), descending=True)
+    else:
+        keys = tl.sort(tl.load(out_ptr + lanes, mask=lanes < n, other=NO_KEY), descending=True)
+    return keys
 
 
 @triton.jit
@@ -220,10 +283,6 @@ def _min_p_key(row_max, temperature, min_p):
     return tl.where(nearest.to(tl.float64) < cut, key + 1, key)
 
 
-# ---------------------------------------------------------------------------------------------
-# The search's state: a row's rows of the workspace, read and written by name
-
-
 @triton.jit
 def _chunk_span(chunk, chunk_size, vocab_size):
     """Tokens ``[begin, end)`` of a row's chunk."""
@@ -238,282 +297,456 @@ def _filtering(temperature, row_max):
     return (temperature > 0.0) & (row_max > NEG_INF) & (row_max < POS_INF)
 
 
-@triton.jit
-def _bounds_slot(bounds_ptr, search, i, row, num_rows, PASSES: tl.constexpr):
-    """The address of ``(lo, hi)`` at the start of pass ``i`` of search ``search`` (0: top-k, 1: top-p)."""
-    return bounds_ptr + ((search * PASSES + i) * num_rows + row) * 2
+# ---------------------------------------------------------------------------------------------
+# The searches' last steps, in one program that owns the row
 
 
 @triton.jit
-def _store_bounds(bounds_ptr, search, i, row, num_rows, lo, hi, PASSES: tl.constexpr):
-    """Record ``(lo, hi)`` as the bounds at the start of pass ``i`` of search ``search``."""
-    slot = _bounds_slot(bounds_ptr, search, i, row, num_rows, PASSES)
-    tl.store(slot, lo)
-    tl.store(slot + 1, hi)
+def _narrow_top_p(cuts, masses, counts, target, lo, hi, mass_hi, at_lo, at_hi):
+    """A top-p pass's results applied to ``(lo, hi]``: the mass above ``lo`` stays at least the target
+    and above ``hi`` below it. Returns ``(lo, hi, mass above hi, tokens above lo, tokens above hi)``."""
+    below = masses < target
+    counts = counts.to(tl.int64)
+    at_lo = tl.min(tl.where(below, at_lo, counts), axis=0)
+    at_hi = tl.max(tl.where(below, counts, at_hi), axis=0)
+    mass_hi = tl.max(tl.where(below, masses, mass_hi), axis=0)
+    lo, hi = tl.max(tl.where(below, lo, cuts), axis=0), tl.min(tl.where(below, cuts, hi), axis=0)
+    return lo, hi, mass_hi, at_lo, at_hi
 
 
 @triton.jit
-def _chunk_sums(partials_ptr, i, row, num_rows, num_chunks, WAYS: tl.constexpr):
-    """``[WAYS]`` pass ``i``'s partial sums of a row added over its chunks in chunk order: the same
-    value in every program that reads them."""
+def _top_p_floor(row_max, least, inv_temperature):
+    """The least value a top-p pass by value places a cut at: ``max - 64 T`` (a weight of ``e**-64``),
+    or the row's least logit above it."""
+    return tl.maximum(row_max - 64.0 / inv_temperature, least)
+
+
+@triton.jit
+def _top_p_first(row_ptr, vocab_size, top_p, kept_key, max_key, row_max, least, inv_temperature,
+                 BLOCK_V: tl.constexpr, WAYS: tl.constexpr):  # fmt: skip
+    """Top-p's first pass over the tokens at or above ``kept_key``, made by this program alone: lane 0
+    is ``kept_key - 1`` (its mass is the kept mass, so the target comes from the same sums as every
+    mass compared with it), the other lanes values evenly spaced from `_top_p_floor` to the max.
+    Returns ``(lo, hi, target, mass above hi, tokens above lo, tokens above hi)`` for
+    `_top_p_finish`."""
+    lo = kept_key - 1
+    cuts = _cuts(lo, max_key, _top_p_floor(row_max, least, inv_temperature), True, WAYS)
+    masses, counts = _masses_above(row_ptr, 0, vocab_size, cuts.to(tl.int32), row_max, inv_temperature,
+                                   BLOCK_V, WAYS)  # fmt: skip
     lanes = tl.arange(0, WAYS)
-    base = partials_ptr + ((i * num_rows + row) * num_chunks).to(tl.int64) * WAYS
-    total = tl.load(base + lanes)
-    chunk = 1
-    while chunk < num_chunks:
-        total += tl.load(base + chunk * WAYS + lanes)
-        chunk += 1
-    return total
+    target = top_p * tl.sum(tl.where(lanes == 0, masses, 0.0), axis=0)
+    at_lo = tl.sum(tl.where(lanes == 0, counts, 0), axis=0).to(tl.int64)
+    lo, hi, mass_hi, at_lo, at_hi = _narrow_top_p(
+        cuts,
+        masses,
+        counts,
+        target,
+        lo,
+        max_key,
+        tl.full([], 0.0, tl.float32),
+        at_lo,
+        tl.full([], 0, tl.int64),
+    )
+    return lo, hi, target, mass_hi, at_lo, at_hi
 
 
 @triton.jit
-def _kth_bounds(bounds_ptr, counts_ptr, row, i, k, num_rows, num_chunks, PASSES: tl.constexpr,
-                WAYS: tl.constexpr):  # fmt: skip
-    """``(lo, hi)`` of the top-k search at the start of pass ``i`` (``i == PASSES``: its result): pass
-    ``i - 1``'s bounds narrowed by its counts.
+def _top_k_finish(row_ptr, cand_ptr, vocab_size, k, lo, hi, n, capacity, passes, BLOCK_V: tl.constexpr,
+                  SCAN: tl.constexpr, WAYS: tl.constexpr, CAPACITY: tl.constexpr):  # fmt: skip
+    """Top-k once the ``n`` tokens of ``[lo, hi)`` were counted, and compacted where ``n <= capacity``
+    (``hi`` above the max; at least ``k`` tokens at or above ``lo`` unless ``lo`` is the kept set's
+    least key): ``(the k-th largest key, whether at least k tokens are kept (else top-k keeps them
+    all), the candidates sorted (`NO_KEY` past them), whether they are every token at or above lo)``.
 
-    The search finds the largest order key in ``[lo, hi)`` with at least ``k`` tokens at or above
-    it, given that ``hi`` has not, and ``lo`` (int64; ``hi <= lo + 1`` searches nothing). Each pass
-    counts at ``WAYS`` keys of ``[lo, hi)`` at once and narrows the interval ``WAYS``-fold; once it is
-    one key wide, ``lo`` is the key of the ``k``-th largest value. Lane 0 counts ``lo`` itself: where
-    ``lo`` has fewer than ``k`` tokens the first pass returns ``hi == lo``, which tells the caller that
-    top-k keeps everything ``lo`` keeps."""
-    last = tl.maximum(i - 1, 0)
-    slot = _bounds_slot(bounds_ptr, 0, last, row, num_rows, PASSES)
-    lo = tl.load(slot)
-    hi = tl.load(slot + 1)
-    if (i > 0) & (hi - lo > 1):
-        cuts = _candidates(lo, hi - 1, WAYS)
-        at_least = _chunk_sums(counts_ptr, last, row, num_rows, num_chunks, WAYS) >= k
-        lo = tl.max(tl.where(at_least, cuts, lo), axis=0)
-        hi = tl.min(tl.where(at_least, hi, cuts), axis=0)
-    return lo, hi
+    Where the tokens are at most ``capacity``, the ``k``-th value is read off their sort. Otherwise
+    ``WAYS``-way passes (`_cuts`, `_counts_from`) narrow the interval, keeping at least ``k`` tokens at
+    or above ``lo`` and fewer at or above ``hi``, until it holds at most ``capacity`` tokens
+    (compacted and sorted) or one key (``lo``), or ``passes`` passes are spent (``lo``: a search cut
+    short, which only tests ask for)."""
+    above = tl.full([], 0, tl.int64)
+    filters = n >= k
+    i = 0
+    while filters & (n > capacity) & (hi - lo > 1) & (i < passes):
+        cuts = _cuts(lo, hi - 1, NEG_INF, i == 0, WAYS)
+        counts = _counts_from(row_ptr, 0, vocab_size, cuts.to(tl.int32), BLOCK_V, WAYS).to(tl.int64)
+        at_least = counts >= k
+        at_lo = tl.min(tl.where(at_least, counts, n + above), axis=0)
+        above = tl.max(tl.where(at_least, above, counts), axis=0)
+        lo, hi = tl.max(tl.where(at_least, cuts, lo), axis=0), tl.min(tl.where(at_least, hi, cuts), axis=0)
+        n = at_lo - above
+        i += 1
+    # The first compaction holds the interval's tokens where they fit; after a pass, compact again.
+    if (i > 0) & (n <= capacity) & (hi - lo > 1):
+        _compact(row_ptr, cand_ptr, 0, vocab_size, lo.to(tl.int32), hi.to(tl.int32), capacity, cand_ptr,
+                 False, SCAN)  # fmt: skip
+    compacted = (n <= capacity) & ((i == 0) | (hi - lo > 1))
+    kth = lo
+    cand = tl.full([CAPACITY], NO_KEY, tl.int32)
+    if compacted:
+        cand = _sorted(cand_ptr, n, CAPACITY)
+        lanes = tl.arange(0, CAPACITY).to(tl.int64)
+        kth_key = tl.max(tl.where(lanes == k - above - 1, cand, NO_KEY), axis=0).to(tl.int64)
+        kth = tl.where(filters, kth_key, lo)
+    whole = compacted & (above == 0)
+    return kth, filters, cand, whole
 
 
 @triton.jit
-def _top_p_bounds(bounds_ptr, masses_ptr, row, i, top_p, num_rows, num_chunks, PASSES: tl.constexpr,
-                  WAYS: tl.constexpr):  # fmt: skip
-    """``(lo, hi)`` of the top-p search at the start of pass ``i`` (``i == PASSES``: ``hi`` is its
-    result): pass ``i - 1``'s bounds narrowed by its masses.
+def _top_p_finish(row_ptr, cand_ptr, vocab_size, target, lo, hi, mass_hi, at_lo, at_hi, compacted, row_max,
+                  inv_temperature, capacity, passes, BLOCK_V: tl.constexpr, SCAN: tl.constexpr,
+                  WAYS: tl.constexpr, CAPACITY: tl.constexpr):  # fmt: skip
+    """Top-p's pivot once a first pass left ``(lo, hi]`` (the mass above ``lo`` at least ``target``,
+    above ``hi`` ``mass_hi < target``; ``at_lo - at_hi`` tokens in it, compacted where ``compacted`` is 1):
+    ``WAYS``-way passes by key narrow it until it holds at most ``capacity`` tokens (compacted, sorted,
+    and their masses added to ``mass_hi`` largest first: the pivot is the least key whose mass above
+    is below the target) or one key (``hi``), or ``passes`` passes in all are spent (``hi``)."""
+    i = 1
+    while (at_lo - at_hi > capacity) & (hi - lo > 1) & (i < passes):
+        cuts = _cuts(lo, hi, NEG_INF, False, WAYS)
+        masses, counts = _masses_above(row_ptr, 0, vocab_size, cuts.to(tl.int32), row_max, inv_temperature,
+                                       BLOCK_V, WAYS)  # fmt: skip
+        lo, hi, mass_hi, at_lo, at_hi = _narrow_top_p(
+            cuts, masses, counts, target, lo, hi, mass_hi, at_lo, at_hi
+        )
+        compacted = compacted * 0
+        i += 1
+    pivot = hi
+    n = at_lo - at_hi
+    if (hi - lo > 1) & (n <= capacity):
+        if compacted == 0:
+            _compact(row_ptr, cand_ptr, 0, vocab_size, (lo + 1).to(tl.int32), (hi + 1).to(tl.int32), capacity,
+                     cand_ptr, False, SCAN)  # fmt: skip
+        keys = _sorted(cand_ptr, n, CAPACITY)
+        valid = tl.arange(0, CAPACITY).to(tl.int64) < n
+        weights = tl.where(valid, tl.exp(scaled_logit(_key_value(keys), row_max, inv_temperature)), 0.0)
+        before = mass_hi + (tl.cumsum(weights, axis=0) - weights)
+        pivot = tl.min(tl.where(valid & (before < target), keys.to(tl.int64), hi), axis=0)
+    return pivot
 
-    The search finds the smallest order key in ``(lo, hi]`` whose tokens strictly above carry mass
-    ``< target``, ``target = top_p`` times the mass above ``lo`` (the kept mass), given that
-    ``lo``'s do not and ``hi``'s do (int64; ``hi <= lo + 1`` searches nothing). Each pass sums the
-    masses above ``WAYS`` keys of ``[lo, hi]`` at once and narrows the interval ``WAYS``-fold. The
-    first pass's lane 0 is ``lo``: its mass gives ``target``, by the same sums as every other mass
-    the search compares with it."""
-    last = tl.maximum(i - 1, 0)
-    slot = _bounds_slot(bounds_ptr, 1, last, row, num_rows, PASSES)
-    lo = tl.load(slot)
-    hi = tl.load(slot + 1)
-    if (i > 0) & (hi - lo > 1):
-        cuts = _candidates(lo, hi, WAYS)
-        lanes = tl.arange(0, WAYS)
-        first = _chunk_sums(masses_ptr, 0, row, num_rows, num_chunks, WAYS)
-        target = top_p * tl.max(tl.where(lanes == 0, first, 0.0), axis=0)
-        below = _chunk_sums(masses_ptr, last, row, num_rows, num_chunks, WAYS) < target
-        lo = tl.max(tl.where(below, lo, cuts), axis=0)
-        hi = tl.min(tl.where(below, cuts, hi), axis=0)
-    return lo, hi
+
+@triton.jit
+def _top_p_sorted(cand, kept_key, top_p, max_key, row_max, inv_temperature):
+    """Top-p's pivot from sorted candidates that are every kept token (key ``>= kept_key``): the least
+    key whose kept mass above, summed largest first, is below ``top_p`` times their sum."""
+    kept = cand.to(tl.int64) >= kept_key
+    weights = tl.where(kept, tl.exp(scaled_logit(_key_value(cand), row_max, inv_temperature)), 0.0)
+    target = top_p * tl.sum(weights, axis=0)
+    before = tl.cumsum(weights, axis=0) - weights
+    return tl.min(tl.where(kept & (before < target), cand.to(tl.int64), max_key), axis=0)
 
 
 # ---------------------------------------------------------------------------------------------
-# Kernels, launched in this order by `filter_thresholds`. Grid (R, C): a program per chunk of a
-# row; grid (R,): a program per row. The chunks' partial results go through the workspace, and
-# each reduction over them adds them in chunk order, so the search is the same in every program.
+# Kernels, launched in this order by `filter_thresholds`. Grid (R, C): a program per chunk of a row;
+# grid (R,): a program per row. A row's state lies in `row_stats` (float32: max, sum, least logit,
+# top-p's target and the mass above its interval) and `row_state` (int64, the `STATE_*` fields).
 # Counts that change from call to call are not specialised on.
 
+# A row's mode: what its chunks' second pass does for it.
+MODE_NONE = tl.constexpr(0)  # nothing filters: t = -inf
+MODE_TOP_K = tl.constexpr(1)  # compact the tokens at or above top-k's bound
+MODE_TOP_P = tl.constexpr(2)  # top-p without top-k: a pass of masses, then compact its interval
+MODE_MIN_P = tl.constexpr(3)  # min-p alone: the smallest logit it keeps
+STATE_MODE = tl.constexpr(0)
+STATE_KEPT = tl.constexpr(1)  # min-p's key (the kept set so far), NEG_INF_KEY where none
+STATE_LO = tl.constexpr(2)
+STATE_HI = tl.constexpr(3)
+STATE_TOP_P_LO = tl.constexpr(4)  # top-p's interval after its first pass
+STATE_TOP_P_HI = tl.constexpr(5)
+STATE_FIELDS = tl.constexpr(6)
+STATS_FIELDS = tl.constexpr(5)
 
-@triton.jit(do_not_specialize=["logits_stride", "vocab_size", "chunk_size"])
-def filter_stats_kernel(logits_ptr, temperature_ptr, chunk_stats_ptr, logits_stride, vocab_size,
-                        chunk_size, BLOCK_V: tl.constexpr):  # fmt: skip
-    """Grid (R, C): each chunk's ``(max, sum of exp((z - max) / T))`` into ``chunk_stats [R, C, 2]``."""
+
+@triton.jit(do_not_specialize=["logits_stride", "vocab_size", "chunk_size", "num_tiles"])
+def filter_stats_kernel(logits_ptr, temperature_ptr, chunk_stats_ptr, tile_max_ptr, logits_stride, vocab_size,
+                        chunk_size, num_tiles, BLOCK_V: tl.constexpr, TILE: tl.constexpr):  # fmt: skip
+    """Grid (R, C): each chunk's ``(max, sum of exp((z - max) / T), least logit)`` into ``chunk_stats
+    [R, C, 3]``, the sum rescaled as the max grows, and the max of every ``TILE`` tokens into ``tile_max
+    [R, num_tiles]``."""
     row = tl.program_id(0)
     chunk = tl.program_id(1)
     row_ptr = logits_ptr + row.to(tl.int64) * logits_stride
+    maxima_ptr = tile_max_ptr + row.to(tl.int64) * num_tiles
     begin, end = _chunk_span(chunk, chunk_size, vocab_size)
     inv_temperature = inverse_temperature(tl.load(temperature_ptr + row))
-    chunk_max, chunk_sum = _chunk_stats(row_ptr, begin, end, inv_temperature, BLOCK_V)
-    out = chunk_stats_ptr + (row * tl.num_programs(1) + chunk).to(tl.int64) * 2
+    chunk_max = tl.full([], NEG_INF, tl.float32)
+    chunk_sum = tl.full([], 0.0, tl.float32)
+    least = tl.full([], POS_INF, tl.float32)
+    tile_start = begin
+    while tile_start < end:
+        x, in_vocab = _tile(row_ptr, tile_start, end, BLOCK_V)
+        tiles = tile_start // TILE + tl.arange(0, BLOCK_V // TILE)
+        maxima = tl.max(tl.reshape(x, (BLOCK_V // TILE, TILE)), axis=1)
+        tl.store(maxima_ptr + tiles, maxima, mask=tiles < num_tiles)
+        new_max = tl.maximum(chunk_max, tl.max(x, axis=0))
+        weights = _weights(x, in_vocab, new_max, inv_temperature)
+        chunk_sum = chunk_sum * rescale_factor(chunk_max, new_max, inv_temperature) + tl.sum(weights, axis=0)
+        chunk_max = new_max
+        least = tl.minimum(least, tl.min(tl.where(in_vocab, x, POS_INF), axis=0))
+        tile_start += BLOCK_V
+    out = chunk_stats_ptr + (row * tl.num_programs(1) + chunk).to(tl.int64) * 3
     tl.store(out, chunk_max)
     tl.store(out + 1, chunk_sum)
+    tl.store(out + 2, least)
 
 
-@triton.jit(do_not_specialize=["vocab_size", "num_chunks"])
-def filter_start_kernel(temperature_ptr, top_k_ptr, min_p_ptr, chunk_stats_ptr, row_stats_ptr, row_keys_ptr,
-                        bounds_ptr, vocab_size, num_chunks, HAS_TOP_K: tl.constexpr,
-                        HAS_MIN_P: tl.constexpr, PASSES: tl.constexpr):  # fmt: skip
-    """Grid (R,): the row's max and sum (its chunks' in chunk order) into ``row_stats``; min-p's key
-    and whether a filter applies into ``row_keys``; the top-k search's first bounds."""
+@triton.jit(do_not_specialize=["vocab_size", "num_chunks", "num_tiles"])
+def filter_start_kernel(temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, chunk_stats_ptr, tile_max_ptr,
+                        row_stats_ptr, row_state_ptr, counter_ptr, vocab_size, num_chunks, num_tiles,
+                        HAS_TOP_K: tl.constexpr, HAS_TOP_P: tl.constexpr, HAS_MIN_P: tl.constexpr,
+                        TILES: tl.constexpr):  # fmt: skip
+    """Grid (R,): the row's max, sum and least logit (its chunks' in chunk order), min-p's key, the
+    row's mode and its second pass's interval: for top-k, ``[max(min-p's key, bound), max]``, the
+    bound the ``k``-th largest tile maximum (``k`` tiles hold a token at or above it, so the ``k``-th
+    value is at least it); for top-p alone, the first pass's ``(min-p's key - 1, max]``."""
     row = tl.program_id(0)
-    num_rows = tl.num_programs(0)
     temperature = tl.load(temperature_ptr + row)
     inv_temperature = inverse_temperature(temperature)
     row_max = tl.full([], NEG_INF, tl.float32)
     row_sum = tl.full([], 0.0, tl.float32)
-    stats = chunk_stats_ptr + (row * num_chunks).to(tl.int64) * 2
+    least = tl.full([], POS_INF, tl.float32)
+    stats = chunk_stats_ptr + (row * num_chunks).to(tl.int64) * 3
     chunk = 0
     while chunk < num_chunks:
-        chunk_max = tl.load(stats + chunk * 2)
+        chunk_max = tl.load(stats + chunk * 3)
         new_max = tl.maximum(row_max, chunk_max)
-        chunk_sum = tl.load(stats + chunk * 2 + 1) * rescale_factor(chunk_max, new_max, inv_temperature)
+        chunk_sum = tl.load(stats + chunk * 3 + 1) * rescale_factor(chunk_max, new_max, inv_temperature)
         row_sum = row_sum * rescale_factor(row_max, new_max, inv_temperature) + chunk_sum
         row_max = new_max
+        least = tl.minimum(least, tl.load(stats + chunk * 3 + 2))
         chunk += 1
-    tl.store(row_stats_ptr + row * 2, row_max)
-    tl.store(row_stats_ptr + row * 2 + 1, row_sum)
+    out = row_stats_ptr + row * STATS_FIELDS
+    tl.store(out, row_max)
+    tl.store(out + 1, row_sum)
+    tl.store(out + 2, least)
 
     filtering = _filtering(temperature, row_max)
     max_key = _order_key(row_max).to(tl.int64)
-    # The kept set so far: the tokens whose order key is >= kept_key.
-    kept_key = _order_key(tl.full([], NEG_INF, tl.float32)).to(tl.int64)
-    by_any = tl.full([], False, tl.int1)
+    kept_key = tl.full([], NEG_INF_KEY, tl.int64)
+    mode = tl.full([], MODE_NONE, tl.int64)
+    lo = kept_key
+    hi = max_key + 1
     if HAS_MIN_P:
         min_p = tl.load(min_p_ptr + row)
         by_min_p = filtering & (min_p > 0.0)
         kept_key = tl.where(by_min_p, tl.minimum(_min_p_key(row_max, temperature, min_p), max_key), kept_key)
-        by_any = by_any | by_min_p
-    if HAS_TOP_K:
-        top_k = tl.load(top_k_ptr + row).to(tl.int64)
-        by_k = filtering & (top_k > 0) & (top_k < vocab_size)
-        # Invariant: fewer than k kept tokens at or above hi; at least k at or above lo, which the
-        # first pass checks (lane 0 counts lo) where the kept tokens may be fewer than k.
-        _store_bounds(
-            bounds_ptr, 0, 0, row, num_rows, kept_key, tl.where(by_k, max_key + 1, kept_key + 1), PASSES
-        )
-    tl.store(row_keys_ptr + row * 2, kept_key)
-    tl.store(row_keys_ptr + row * 2 + 1, by_any.to(tl.int64))
-
-
-@triton.jit(do_not_specialize=["logits_stride", "vocab_size", "chunk_size", "num_chunks", "i"])
-def filter_count_kernel(logits_ptr, top_k_ptr, bounds_ptr, counts_ptr, logits_stride, vocab_size, chunk_size,
-                        num_chunks, i, PASSES: tl.constexpr, WAYS: tl.constexpr,
-                        BLOCK_V: tl.constexpr):  # fmt: skip
-    """Grid (R, C): pass ``i`` of the top-k search (`_kth_bounds`): its bounds into the workspace (by
-    chunk 0), each chunk's counts at the pass's ``WAYS`` keys into ``counts [PASSES, R, C, WAYS]``."""
-    row = tl.program_id(0)
-    chunk = tl.program_id(1)
-    num_rows = tl.num_programs(0)
-    k = tl.load(top_k_ptr + row).to(tl.int64)
-    lo, hi = _kth_bounds(bounds_ptr, counts_ptr, row, i, k, num_rows, num_chunks, PASSES, WAYS)
-    if (chunk == 0) & (i > 0):
-        _store_bounds(bounds_ptr, 0, i, row, num_rows, lo, hi, PASSES)
-    if hi - lo > 1:
-        begin, end = _chunk_span(chunk, chunk_size, vocab_size)
-        cuts = _candidates(lo, hi - 1, WAYS).to(tl.int32)
-        counts = _counts_from(logits_ptr + row.to(tl.int64) * logits_stride, begin, end, cuts, BLOCK_V, WAYS)
-        out = counts_ptr + ((i * num_rows + row) * num_chunks + chunk).to(tl.int64) * WAYS
-        tl.store(out + tl.arange(0, WAYS), counts)
-
-
-@triton.jit(do_not_specialize=["vocab_size", "num_chunks"])
-def filter_between_kernel(temperature_ptr, top_k_ptr, top_p_ptr, row_stats_ptr, row_keys_ptr, bounds_ptr,
-                          counts_ptr, vocab_size, num_chunks, HAS_TOP_K: tl.constexpr,
-                          HAS_TOP_P: tl.constexpr, PASSES: tl.constexpr, WAYS: tl.constexpr):  # fmt: skip
-    """Grid (R,): top-k's result (the ``k``-th value's key, where it filters) into ``row_keys``; the
-    top-p search's first bounds."""
-    row = tl.program_id(0)
-    num_rows = tl.num_programs(0)
-    temperature = tl.load(temperature_ptr + row)
-    inv_temperature = inverse_temperature(temperature)
-    row_max = tl.load(row_stats_ptr + row * 2)
-    row_sum = tl.load(row_stats_ptr + row * 2 + 1)
-    kept_key = tl.load(row_keys_ptr + row * 2)
-    by_any = tl.load(row_keys_ptr + row * 2 + 1) != 0
-    filtering = _filtering(temperature, row_max)
-    max_key = _order_key(row_max).to(tl.int64)
-    if HAS_TOP_K:
-        k = tl.load(top_k_ptr + row).to(tl.int64)
-        by_k = filtering & (k > 0) & (k < vocab_size)
-        kth_key, hi = _kth_bounds(bounds_ptr, counts_ptr, row, PASSES, k, num_rows, num_chunks, PASSES, WAYS)
-        by_k = by_k & (hi > kth_key)
-        kth_log_p = scaled_logit(_key_value(kth_key.to(tl.int32)), row_max, inv_temperature) - tl.log(row_sum)
-        # A k-th value of probability zero ties with every zero: top-k then keeps everything kept.
-        kept_key = tl.where(by_k & (kth_log_p >= LOG_ZERO), kth_key, kept_key)
-        by_any = by_any | by_k
+        mode = tl.where(by_min_p, MODE_MIN_P, mode)
+        lo = kept_key
     if HAS_TOP_P:
         top_p = tl.load(top_p_ptr + row)
         by_p = filtering & (top_p < 1.0)
-        # lo = kept_key - 1: the mass above it is the kept mass. The max's own weight is 1, so
-        # target > 0 whenever top_p > 0, and the mass above the max, 0, is below it.
-        _store_bounds(
-            bounds_ptr, 1, 0, row, num_rows, kept_key - 1, tl.where(by_p, max_key, kept_key), PASSES
-        )
-        by_any = by_any | by_p
-    tl.store(row_keys_ptr + row * 2, kept_key)
-    tl.store(row_keys_ptr + row * 2 + 1, by_any.to(tl.int64))
+        mode = tl.where(by_p, MODE_TOP_P, mode)
+        lo = tl.where(by_p, kept_key - 1, lo)
+        hi = tl.where(by_p, max_key, hi)
+    if HAS_TOP_K:
+        k = tl.load(top_k_ptr + row).to(tl.int64)
+        if filtering & (k > 0) & (k < vocab_size):
+            tiles = tl.arange(0, TILES)
+            maxima = tl.load(tile_max_ptr + row.to(tl.int64) * num_tiles + tiles, mask=tiles < num_tiles,
+                             other=NEG_INF)  # fmt: skip
+            bound = tl.max(
+                tl.where(tiles.to(tl.int64) == k - 1, tl.sort(maxima, descending=True), NEG_INF), axis=0
+            )
+            mode = tl.full([], MODE_TOP_K, tl.int64)
+            lo = tl.maximum(kept_key, _order_key(bound).to(tl.int64))
+            hi = max_key + 1
+    state = row_state_ptr + row * STATE_FIELDS
+    tl.store(state + STATE_MODE, mode)
+    tl.store(state + STATE_KEPT, kept_key)
+    tl.store(state + STATE_LO, lo)
+    tl.store(state + STATE_HI, hi)
+    tl.store(counter_ptr + row, 0)
 
 
-@triton.jit(do_not_specialize=["logits_stride", "vocab_size", "chunk_size", "num_chunks", "i"])
-def filter_mass_kernel(logits_ptr, temperature_ptr, top_p_ptr, row_stats_ptr, bounds_ptr, masses_ptr,
-                       logits_stride, vocab_size, chunk_size, num_chunks, i, PASSES: tl.constexpr,
-                       WAYS: tl.constexpr, BLOCK_V: tl.constexpr):  # fmt: skip
-    """Grid (R, C): pass ``i`` of the top-p search (`_top_p_bounds`): its bounds into the workspace
-    (by chunk 0), each chunk's masses above the pass's ``WAYS`` keys into ``masses [PASSES, R, C,
-    WAYS]``."""
+@triton.jit(do_not_specialize=["logits_stride", "vocab_size", "chunk_size"])
+def filter_mass_kernel(logits_ptr, temperature_ptr, row_stats_ptr, row_state_ptr, masses_ptr, logits_stride,
+                       vocab_size, chunk_size, WAYS: tl.constexpr, BLOCK_V: tl.constexpr):  # fmt: skip
+    """Grid (R, C), rows of mode top-p: each chunk's masses above the first top-p pass's ``WAYS`` cuts
+    (lane 0 the interval's ``lo``, whose mass is the kept mass; the others evenly spaced values from
+    `_top_p_floor` to the max) into ``masses [R, C, WAYS]``."""
     row = tl.program_id(0)
     chunk = tl.program_id(1)
-    num_rows = tl.num_programs(0)
-    top_p = tl.load(top_p_ptr + row)
-    lo, hi = _top_p_bounds(bounds_ptr, masses_ptr, row, i, top_p, num_rows, num_chunks, PASSES, WAYS)
-    if (chunk == 0) & (i > 0):
-        _store_bounds(bounds_ptr, 1, i, row, num_rows, lo, hi, PASSES)
-    if hi - lo > 1:
-        begin, end = _chunk_span(chunk, chunk_size, vocab_size)
+    state = row_state_ptr + row * STATE_FIELDS
+    if tl.load(state + STATE_MODE) == MODE_TOP_P:
+        row_max = tl.load(row_stats_ptr + row * STATS_FIELDS)
+        least = tl.load(row_stats_ptr + row * STATS_FIELDS + 2)
         inv_temperature = inverse_temperature(tl.load(temperature_ptr + row))
-        row_max = tl.load(row_stats_ptr + row * 2)
-        cuts = _candidates(lo, hi, WAYS).to(tl.int32)
-        masses = _masses_above(
-            logits_ptr + row.to(tl.int64) * logits_stride, begin, end, cuts, row_max, inv_temperature,
-            BLOCK_V, WAYS,
+        floor = _top_p_floor(row_max, least, inv_temperature)
+        cuts = _cuts(tl.load(state + STATE_LO), tl.load(state + STATE_HI), floor, True, WAYS)
+        begin, end = _chunk_span(chunk, chunk_size, vocab_size)
+        # (The counts go unused: the compaction counts the tokens of the narrowed interval.)
+        masses, _ = _masses_above(
+            logits_ptr + row.to(tl.int64) * logits_stride, begin, end, cuts.to(tl.int32), row_max,
+            inv_temperature, BLOCK_V, WAYS,
         )  # fmt: skip
-        out = masses_ptr + ((i * num_rows + row) * num_chunks + chunk).to(tl.int64) * WAYS
-        tl.store(out + tl.arange(0, WAYS), masses)
+        out = (row * tl.num_programs(1) + chunk).to(tl.int64) * WAYS + tl.arange(0, WAYS)
+        tl.store(masses_ptr + out, masses)
 
 
-@triton.jit(do_not_specialize=["logits_stride", "vocab_size", "chunk_size", "num_chunks"])
-def filter_smallest_kernel(logits_ptr, top_p_ptr, row_keys_ptr, bounds_ptr, masses_ptr, chunk_stats_ptr,
-                           logits_stride, vocab_size, chunk_size, num_chunks, HAS_TOP_P: tl.constexpr,
-                           PASSES: tl.constexpr, WAYS: tl.constexpr, BLOCK_V: tl.constexpr):  # fmt: skip
-    """Grid (R, C): the kept set's key (top-p's result, where the row has a top-p) and, where a filter
-    applies, each chunk's ``(smallest kept logit, smallest logit)`` into ``chunk_stats [R, C, 2]``."""
+@triton.jit(do_not_specialize=["logits_stride", "vocab_size", "chunk_size", "num_chunks", "capacity"])
+def filter_compact_kernel(logits_ptr, temperature_ptr, top_p_ptr, row_stats_ptr, row_state_ptr, masses_ptr,
+                          candidates_ptr, counter_ptr, chunk_min_ptr, logits_stride, vocab_size, chunk_size,
+                          num_chunks, capacity, WAYS: tl.constexpr, BLOCK_V: tl.constexpr,
+                          CAPACITY: tl.constexpr):  # fmt: skip
+    """Grid (R, C): each chunk's share of its row's second pass. Top-k rows: the tokens of ``[lo, hi)``
+    counted and compacted (up to ``capacity``, slots from the row's counter). Top-p rows: the first
+    pass's masses added over the chunks in chunk order (the same sums in every program), which
+    narrow ``(lo, hi]`` (chunk 0 records it), then its tokens counted and compacted. Every row that
+    filters: the chunk's smallest logit at or above min-p's key into ``chunk_min [R, C]``."""
     row = tl.program_id(0)
     chunk = tl.program_id(1)
-    num_rows = tl.num_programs(0)
-    kept_key = tl.load(row_keys_ptr + row * 2)
-    if HAS_TOP_P:
-        top_p = tl.load(top_p_ptr + row)
-        _, kept_key = _top_p_bounds(
-            bounds_ptr, masses_ptr, row, PASSES, top_p, num_rows, num_chunks, PASSES, WAYS
-        )
-    if tl.load(row_keys_ptr + row * 2 + 1) != 0:
+    state = row_state_ptr + row * STATE_FIELDS
+    mode = tl.load(state + STATE_MODE)
+    if mode != MODE_NONE:
+        row_ptr = logits_ptr + row.to(tl.int64) * logits_stride
         begin, end = _chunk_span(chunk, chunk_size, vocab_size)
-        smallest, least = _smallest_from(
-            logits_ptr + row.to(tl.int64) * logits_stride, begin, end, kept_key.to(tl.int32), BLOCK_V
-        )
-        out = chunk_stats_ptr + (row * num_chunks + chunk).to(tl.int64) * 2
-        tl.store(out, smallest)
-        tl.store(out + 1, least)
+        lo = tl.load(state + STATE_LO)
+        hi = tl.load(state + STATE_HI)
+        compacting = mode == MODE_TOP_K
+        if mode == MODE_TOP_P:
+            lanes = tl.arange(0, WAYS)
+            base = (row * num_chunks).to(tl.int64) * WAYS + lanes
+            masses = tl.load(masses_ptr + base)
+            c = 1
+            while c < num_chunks:
+                masses += tl.load(masses_ptr + base + c * WAYS)
+                c += 1
+            row_max = tl.load(row_stats_ptr + row * STATS_FIELDS)
+            least = tl.load(row_stats_ptr + row * STATS_FIELDS + 2)
+            inv_temperature = inverse_temperature(tl.load(temperature_ptr + row))
+            cuts = _cuts(lo, hi, _top_p_floor(row_max, least, inv_temperature), True, WAYS)
+            target = tl.load(top_p_ptr + row) * tl.sum(tl.where(lanes == 0, masses, 0.0), axis=0)
+            none = tl.full([], 0, tl.int64)
+            lo, hi, mass_hi, _, _ = _narrow_top_p(
+                cuts,
+                masses,
+                tl.zeros([WAYS], tl.int32),
+                target,
+                lo,
+                hi,
+                tl.full([], 0.0, tl.float32),
+                none,
+                none,
+            )
+            if chunk == 0:
+                tl.store(state + STATE_TOP_P_LO, lo)
+                tl.store(state + STATE_TOP_P_HI, hi)
+                tl.store(row_stats_ptr + row * STATS_FIELDS + 3, target)
+                tl.store(row_stats_ptr + row * STATS_FIELDS + 4, mass_hi)
+            compacting = hi - lo > 1
+            # (lo, hi] as [lo + 1, hi + 1)
+            lo += 1
+            hi += 1
+        if compacting:
+            _compact(row_ptr, candidates_ptr + row.to(tl.int64) * CAPACITY, begin, end, lo.to(tl.int32),
+                     hi.to(tl.int32), capacity, counter_ptr + row, True, BLOCK_V)  # fmt: skip
+        kept_key = tl.load(state + STATE_KEPT).to(tl.int32)
+        smallest = tl.full([BLOCK_V], POS_INF, tl.float32)
+        tile_start = begin
+        while tile_start < end:
+            x, in_vocab = _tile(row_ptr, tile_start, end, BLOCK_V)
+            smallest = tl.minimum(smallest, tl.where(in_vocab & (_order_key(x) >= kept_key), x, POS_INF))
+            tile_start += BLOCK_V
+        tl.store(chunk_min_ptr + row * num_chunks + chunk, tl.min(smallest, axis=0))
 
 
-@triton.jit(do_not_specialize=["num_chunks"])
-def filter_finish_kernel(row_stats_ptr, row_keys_ptr, chunk_stats_ptr, threshold_ptr, num_chunks):
-    """Grid (R,): each row's threshold ``t``: its filters keep exactly the tokens with ``z >= t``."""
+@triton.jit(do_not_specialize=["logits_stride", "vocab_size", "num_chunks", "capacity", "passes"])
+def filter_select_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, row_stats_ptr, row_state_ptr,
+                         candidates_ptr, counter_ptr, chunk_min_ptr, threshold_ptr, logits_stride, vocab_size,
+                         num_chunks, capacity, passes, HAS_TOP_K: tl.constexpr, HAS_TOP_P: tl.constexpr,
+                         WAYS: tl.constexpr, BLOCK_V: tl.constexpr, SCAN: tl.constexpr,
+                         CAPACITY: tl.constexpr):  # fmt: skip
+    """Grid (R,): the row's threshold ``t``: top-k's ``k``-th value (`_top_k_finish`), then top-p's
+    pivot (`_top_p_sorted` on top-k's candidates where they are every kept token, else
+    `_top_p_finish`), then the smallest kept logit: its filters keep exactly the tokens with
+    ``z >= t``."""
     row = tl.program_id(0)
+    row_ptr = logits_ptr + row.to(tl.int64) * logits_stride
+    cand_ptr = candidates_ptr + row.to(tl.int64) * CAPACITY
+    stats = row_stats_ptr + row * STATS_FIELDS
+    state = row_state_ptr + row * STATE_FIELDS
+    row_max = tl.load(stats)
+    row_sum = tl.load(stats + 1)
+    least = tl.load(stats + 2)
+    inv_temperature = inverse_temperature(tl.load(temperature_ptr + row))
+    max_key = _order_key(row_max).to(tl.int64)
+    mode = tl.load(state + STATE_MODE)
+    kept_key = tl.load(state + STATE_KEPT)
+    lo = tl.load(state + STATE_LO)
+    hi = tl.load(state + STATE_HI)
+    # The tokens of the chunks' interval, counted (and compacted where they fit) by the chunks.
+    n = tl.load(counter_ptr + row).to(tl.int64)
+    # kept_key is a token's key (a k-th value or top-p's pivot), or min-p's key.
+    at_pivot = tl.full([], 0, tl.int32)
+    # Top-p's search still to make: 0 none, 1 by this program alone, 2 from the chunks' interval.
+    search = tl.full([], 0, tl.int32)
+    if HAS_TOP_K:  # noqa: SIM102 (a constexpr condition, then a runtime one)
+        if mode == MODE_TOP_K:
+            k = tl.load(top_k_ptr + row).to(tl.int64)
+            kth, filters, cand, whole = _top_k_finish(
+                row_ptr, cand_ptr, vocab_size, k, lo, hi, n, capacity, passes, BLOCK_V, SCAN, WAYS, CAPACITY
+            )
+            kth_log_p = scaled_logit(_key_value(kth.to(tl.int32)), row_max, inv_temperature) - tl.log(row_sum)
+            # A k-th value of probability zero ties with every zero: top-k then keeps everything kept.
+            by_k = filters & (kth_log_p >= LOG_ZERO)
+            kept_key = tl.where(by_k, kth, kept_key)
+            at_pivot = by_k.to(tl.int32)
+            if HAS_TOP_P:  # noqa: SIM102
+                if tl.load(top_p_ptr + row) < 1.0:
+                    if whole & (lo <= kept_key):
+                        top_p = tl.load(top_p_ptr + row)
+                        kept_key = _top_p_sorted(cand, kept_key, top_p, max_key, row_max, inv_temperature)
+                        at_pivot = tl.full([], 1, tl.int32)
+                    else:
+                        # Top-k's candidates are not every kept token.
+                        search = tl.full([], 1, tl.int32)
+    if HAS_TOP_P:
+        if mode == MODE_TOP_P:
+            lo = tl.load(state + STATE_TOP_P_LO)
+            hi = tl.load(state + STATE_TOP_P_HI)
+            # Too many to sort: the search starts again in this program (with a pass that counts).
+            search = tl.where((hi - lo > 1) & (n > capacity), 1, 2)
+        if search > 0:
+            top_p = tl.load(top_p_ptr + row)
+            target = tl.load(stats + 3)
+            mass_hi = tl.load(stats + 4)
+            at_lo = n
+            at_hi = tl.full([], 0, tl.int64)
+            compacted = (hi - lo > 1).to(tl.int32)
+            if search == 1:
+                lo, hi, target, mass_hi, at_lo, at_hi = _top_p_first(
+                    row_ptr,
+                    vocab_size,
+                    top_p,
+                    kept_key,
+                    max_key,
+                    row_max,
+                    least,
+                    inv_temperature,
+                    BLOCK_V,
+                    WAYS,
+                )
+                compacted = tl.full([], 0, tl.int32)
+            kept_key = _top_p_finish(
+                row_ptr, cand_ptr, vocab_size, target, lo, hi, mass_hi, at_lo, at_hi, compacted, row_max,
+                inv_temperature, capacity, passes, BLOCK_V, SCAN, WAYS, CAPACITY,
+            )  # fmt: skip
+            at_pivot = tl.full([], 1, tl.int32)
     threshold = tl.full([], NEG_INF, tl.float32)
-    if tl.load(row_keys_ptr + row * 2 + 1) != 0:
-        smallest = tl.full([], POS_INF, tl.float32)
-        least = smallest
-        stats = chunk_stats_ptr + (row * num_chunks).to(tl.int64) * 2
-        chunk = 0
-        while chunk < num_chunks:
-            smallest = tl.minimum(smallest, tl.load(stats + chunk * 2))
-            least = tl.minimum(least, tl.load(stats + chunk * 2 + 1))
-            chunk += 1
+    if (mode != MODE_NONE) & (kept_key > NEG_INF_KEY):
+        smallest = _key_value(kept_key.to(tl.int32))
+        if at_pivot == 0:
+            # Min-p's key: the smallest logit at or above it, the least of the chunks' (kept_key is
+            # still the key they compared with).
+            chunks = tl.arange(0, BLOCK_V)
+            smallest = tl.full([], POS_INF, tl.float32)
+            c = 0
+            while c < num_chunks:
+                part = tl.load(chunk_min_ptr + row * num_chunks + c + chunks, mask=c + chunks < num_chunks,
+                               other=POS_INF)  # fmt: skip
+                smallest = tl.minimum(smallest, tl.min(part, axis=0))
+                c += BLOCK_V
         # The max is always kept; a threshold at the row's least logit keeps every token.
-        threshold = tl.where(
-            smallest > least, tl.minimum(smallest, tl.load(row_stats_ptr + row * 2)), NEG_INF
-        )
+        threshold = tl.where(smallest > least, tl.minimum(smallest, row_max), NEG_INF)
     tl.store(threshold_ptr + row, threshold)
 
 
@@ -585,18 +818,25 @@ def _check_values(
         _check_entries("min_p", q, (q >= 0) & (q < 1), "a value in [0, 1) (0: off)")
 
 
-def filter_warps(block_v: int, ways: int = WAYS) -> int:
-    """Warps of a search program: 8 where a pass's ``[block_v, ways]`` tile has 8,192 elements or more."""
-    return 8 if block_v * ways >= 8192 else 4
+def exact_passes(ways: int) -> int:
+    """Passes of ``ways`` keys that find a pivot without a sort: one by value, then enough by key to
+    narrow the ``2**32`` order keys to one (each narrows ``ways``-fold)."""
+    return 1 + -(-32 // (ways.bit_length() - 1))
 
 
-# Programs a search pass aims for on a GPU, per SM: enough chunks that a few batches' rows fill it.
+def maxima_tile(vocab_size: int, block_v: int) -> int:
+    """The width of a row's maxima tiles: the least power of two >= `MIN_TILE` that cuts the vocabulary
+    into at most `MAX_TILES` tiles, at most ``block_v``."""
+    return min(block_v, max(MIN_TILE, int(triton.next_power_of_2(-(-vocab_size // MAX_TILES)))))
+
+
+# Programs the first pass aims for on a GPU, per SM: enough chunks that a few batches' rows fill it.
 PROGRAMS_PER_SM = 4
 
 
 def default_chunks(rows: int, tiles: int, device: torch.device) -> int:
-    """Chunks a row is cut into: on a GPU, enough that the passes have `PROGRAMS_PER_SM` programs per
-    SM (at most one chunk per tile); under the interpreter (CPU tensors), one."""
+    """Chunks a row is cut into for its first pass: on a GPU, enough that it has `PROGRAMS_PER_SM`
+    programs per SM (at most one chunk per tile); under the interpreter (CPU tensors), one."""
     if device.type != "cuda":
         return 1
     sms = torch.cuda.get_device_properties(device).multi_processor_count
@@ -626,6 +866,7 @@ def filter_thresholds(
     check_values: bool | None = None,
     block_v: int | None = None,
     chunks: int | None = None,
+    capacity: int | None = None,
     search_passes: int = SEARCH_PASSES,
     search_ways: int = WAYS,
 ) -> torch.Tensor:
@@ -645,12 +886,14 @@ def filter_thresholds(
             the tensors are on the CPU.
         block_v: the tile width, a power of two >= 16 (default `default_block_v`; wider on the CPU,
             where the interpreter runs the kernel).
-        chunks: how many programs share a row, each reading a chunk of whole tiles (default
-            `default_chunks`); the thresholds do not depend on it but through the order of the
-            masses' fp32 sums (near pivots only).
-        search_passes, search_ways: the searches' passes and the keys a pass tries, a power of two
-            >= 2 (`SEARCH_PASSES` of `WAYS` find the exact pivots; fewer passes stop short, which
-            only tests ask for).
+        chunks: how many programs share a row's first pass (its max, sum and tile maxima), each
+            reading a chunk of whole tiles (default `default_chunks`); the thresholds do not depend
+            on it but through the order of the row sum's fp32 additions (near pivots only).
+        capacity: the most tokens a search sorts (default `CAPACITY`, `INTERPRETER_CAPACITY` on the
+            CPU; ``0``: it never sorts, and searches by passes alone).
+        search_passes, search_ways: the most passes a search makes before it sorts, and the keys a
+            pass tries, a power of two >= 2 (`exact_passes` of them find the exact pivots without a
+            sort; fewer stop short, which only tests ask for).
 
     Returns:
         ``[R]`` fp32 thresholds on the device of ``logits``.
@@ -687,6 +930,10 @@ def filter_thresholds(
         raise _fail("search_ways", f"is {search_ways!r}; expected a power of two >= 2")
     if not isinstance(search_passes, int) or search_passes < 1:
         raise _fail("search_passes", f"is {search_passes!r}; expected an int >= 1")
+    if capacity is None:
+        capacity = INTERPRETER_CAPACITY if device.type == "cpu" else CAPACITY
+    if not isinstance(capacity, int) or not 0 <= capacity <= MAX_CAPACITY:
+        raise _fail("capacity", f"is {capacity!r}; expected an int in [0, {MAX_CAPACITY}]")
     if check_values or (check_values is None and device.type == "cpu"):
         _check_values(temperature, top_k, top_p, min_p)
 
@@ -701,58 +948,70 @@ def filter_thresholds(
     tiles_per_chunk = -(-tiles // min(chunks, tiles))
     chunk_size = tiles_per_chunk * block_v
     num_chunks = -(-tiles // tiles_per_chunk)
+    tile = maxima_tile(vocab_size, block_v)
+    num_tiles = -(-vocab_size // tile)
     has_top_k, has_top_p, has_min_p = top_k is not None, top_p is not None, min_p is not None
     # Parameters a launch does not read get the temperature's pointer.
     k_ptr = top_k if top_k is not None else temperature
     p_ptr = top_p if top_p is not None else temperature
     min_p_ptr = min_p if min_p is not None else temperature
-    chunk_stats = torch.empty(rows, num_chunks, 2, dtype=torch.float32, device=device)
-    row_stats = torch.empty(rows, 2, dtype=torch.float32, device=device)
-    row_keys = torch.empty(rows, 2, dtype=torch.int64, device=device)
-    bounds = torch.empty(2, search_passes, rows, 2, dtype=torch.int64, device=device)
-    counts = torch.empty(
-        search_passes if has_top_k else 0, rows, num_chunks, search_ways, dtype=torch.int32, device=device
-    )
+    if not (has_top_k or has_top_p or has_min_p):
+        return thresholds.fill_(float("-inf"))
+    chunk_stats = torch.empty(rows, num_chunks, 3, dtype=torch.float32, device=device)
+    tile_max = torch.empty(rows, num_tiles, dtype=torch.float32, device=device)
+    row_stats = torch.empty(rows, STATS_FIELDS.value, dtype=torch.float32, device=device)
+    row_state = torch.empty(rows, STATE_FIELDS.value, dtype=torch.int64, device=device)
+    counter = torch.empty(rows, dtype=torch.int32, device=device)
+    chunk_min = torch.empty(rows, num_chunks, dtype=torch.float32, device=device)
+    # Top-p's first pass, shared by a row's chunks, tries at least FIRST_WAYS values.
+    first_ways = max(search_ways, FIRST_WAYS)
     masses = torch.empty(
-        search_passes if has_top_p else 0, rows, num_chunks, search_ways, dtype=torch.float32, device=device
+        (rows, num_chunks, first_ways) if has_top_p else (0,), dtype=torch.float32, device=device
+    )
+    block_capacity = max(MIN_BLOCK_V, int(triton.next_power_of_2(max(capacity, 1))))
+    searches = has_top_k or has_top_p
+    candidates = torch.empty(rows if searches else 0, block_capacity, dtype=torch.int32, device=device)
+    stride = logits.stride(0)
+    # A pass of masses or counts holds a [BLOCK_V, ways] tile: at most SEARCH_TILE elements on a GPU.
+    search_block = (
+        block_v if device.type == "cpu" else min(block_v, max(MIN_BLOCK_V, SEARCH_TILE // search_ways))
+    )
+    # A row's program's compaction holds a [SCAN_BLOCK] tile.
+    scan_block = (
+        block_v
+        if device.type == "cpu"
+        else max(block_v, min(SCAN_BLOCK, int(triton.next_power_of_2(vocab_size))))
     )
     grid, per_row = (rows, num_chunks), (rows,)
-    stride = logits.stride(0)
-    warps = filter_warps(block_v, search_ways)
     # The interpreter computes both branches of a tl.where in numpy: -inf - -inf is expected there.
     quiet = np.errstate(all="ignore") if device.type == "cpu" else contextlib.nullcontext()
     with quiet:
         filter_stats_kernel[grid](
-            logits, temperature, chunk_stats, stride, vocab_size, chunk_size, BLOCK_V=block_v
-        )
+            logits, temperature, chunk_stats, tile_max, stride, vocab_size, chunk_size, num_tiles,
+            BLOCK_V=block_v, TILE=tile,
+        )  # fmt: skip
         filter_start_kernel[per_row](
-            temperature, k_ptr, min_p_ptr, chunk_stats, row_stats, row_keys, bounds, vocab_size, num_chunks,
-            HAS_TOP_K=has_top_k, HAS_MIN_P=has_min_p, PASSES=search_passes,
+            temperature, k_ptr, p_ptr, min_p_ptr, chunk_stats, tile_max, row_stats, row_state, counter,
+            vocab_size, num_chunks, num_tiles, HAS_TOP_K=has_top_k, HAS_TOP_P=has_top_p,
+            HAS_MIN_P=has_min_p, TILES=int(triton.next_power_of_2(num_tiles)),
         )  # fmt: skip
-        if has_top_k:
-            for i in range(search_passes):
-                filter_count_kernel[grid](
-                    logits, k_ptr, bounds, counts, stride, vocab_size, chunk_size, num_chunks, i,
-                    PASSES=search_passes,
-                    WAYS=search_ways, BLOCK_V=block_v, num_warps=warps,
-                )  # fmt: skip
-        if has_top_k or has_top_p:
-            filter_between_kernel[per_row](
-                temperature, k_ptr, p_ptr, row_stats, row_keys, bounds, counts, vocab_size, num_chunks,
-                HAS_TOP_K=has_top_k, HAS_TOP_P=has_top_p, PASSES=search_passes, WAYS=search_ways,
-            )  # fmt: skip
         if has_top_p:
-            for i in range(search_passes):
-                filter_mass_kernel[grid](
-                    logits, temperature, p_ptr, row_stats, bounds, masses, stride, vocab_size, chunk_size,
-                    num_chunks, i,
-                    PASSES=search_passes, WAYS=search_ways, BLOCK_V=block_v, num_warps=warps,
-                )  # fmt: skip
-        filter_smallest_kernel[grid](
-            logits, p_ptr, row_keys, bounds, masses, chunk_stats, stride, vocab_size, chunk_size, num_chunks,
-            HAS_TOP_P=has_top_p, PASSES=search_passes, WAYS=search_ways, BLOCK_V=block_v,
+            filter_mass_kernel[grid](
+                logits, temperature, row_stats, row_state, masses, stride, vocab_size, chunk_size,
+                WAYS=first_ways, BLOCK_V=min(block_v, max(MIN_BLOCK_V, SEARCH_TILE // first_ways)),
+                num_warps=SELECT_WARPS,
+            )  # fmt: skip
+        filter_compact_kernel[grid](
+            logits, temperature, p_ptr, row_stats, row_state, masses, candidates, counter, chunk_min,
+            stride, vocab_size, chunk_size, num_chunks, capacity,
+            WAYS=first_ways, BLOCK_V=block_v, CAPACITY=block_capacity,
         )  # fmt: skip
-        filter_finish_kernel[per_row](row_stats, row_keys, chunk_stats, thresholds, num_chunks)
+        filter_select_kernel[per_row](
+            logits, temperature, k_ptr, p_ptr, row_stats, row_state, candidates, counter, chunk_min,
+            thresholds, stride, vocab_size, num_chunks, capacity, search_passes,
+            HAS_TOP_K=has_top_k, HAS_TOP_P=has_top_p, WAYS=search_ways, BLOCK_V=search_block,
+            SCAN=scan_block, CAPACITY=block_capacity, num_warps=SELECT_WARPS,
+        )  # fmt: skip
     return thresholds
 
 

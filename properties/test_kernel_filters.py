@@ -25,6 +25,7 @@ from specsample.kernels.filters import (
     WAYS,
     apply_thresholds,
     default_block_v,
+    exact_passes,
     filter_thresholds,
 )
 from specsample.reference.filters import FilterParams, kept_tokens, near_pivot, pivot_band, processed_probs
@@ -92,21 +93,26 @@ def _rows(
     )
 
 
-def _thresholds(rows: Rows, block_v: int | None = None, chunks: int | None = None) -> npt.NDArray[np.float32]:
+def _thresholds(
+    rows: Rows, block_v: int | None = None, chunks: int | None = None, capacity: int | None = None
+) -> npt.NDArray[np.float32]:
     temperature, top_k, top_p, min_p = rows.tensors()
     assert temperature is not None
-    t = filter_thresholds(rows.logits, temperature, top_k, top_p, min_p, block_v=block_v, chunks=chunks)
+    t = filter_thresholds(
+        rows.logits, temperature, top_k, top_p, min_p, block_v=block_v, chunks=chunks, capacity=capacity
+    )
     assert t.shape == (rows.logits.shape[0],) and t.dtype == torch.float32 and t.device == rows.logits.device
     return t.cpu().numpy()
 
 
 def _cut_short(rows: Rows, passes: int, ways: int = WAYS, block_v: int = 64) -> npt.NDArray[np.float32]:
-    """The thresholds with the ``ways``-way searches stopped after ``passes`` passes."""
+    """The thresholds of searches by passes alone (no sort), of ``ways`` keys, stopped after ``passes``."""
     temperature, top_k, top_p, min_p = rows.tensors()
     assert temperature is not None
     t = filter_thresholds(
-        rows.logits, temperature, top_k, top_p, min_p, block_v=block_v, search_passes=passes, search_ways=ways
-    )
+        rows.logits, temperature, top_k, top_p, min_p, block_v=block_v, capacity=0, search_passes=passes,
+        search_ways=ways,
+    )  # fmt: skip
     return t.cpu().numpy()
 
 
@@ -214,8 +220,9 @@ def _row_logits(
 
 
 @st.composite
-def filtered_rows(draw: st.DrawFn) -> tuple[Rows, int | None]:
-    """A few rows over one vocabulary with a mix of filters, and a tile width (``None``: the default)."""
+def filtered_rows(draw: st.DrawFn) -> tuple[Rows, int | None, int | None, int | None]:
+    """A few rows over one vocabulary with a mix of filters, a tile width, a chunk count and a sort
+    capacity (``None``: the defaults)."""
     vocab_size = draw(st.one_of(st.sampled_from(VOCAB_SIZES), st.integers(1, 2000)))
     num_rows = draw(st.integers(1, 3))
     seed = draw(st.integers(0, 2**32 - 1))
@@ -250,17 +257,22 @@ def filtered_rows(draw: st.DrawFn) -> tuple[Rows, int | None]:
         block_v = None
     # Rows shared by several programs, as on a GPU (one chunk is the interpreter's default).
     chunks = draw(st.sampled_from((None, 1, 2, 3, 8)))
-    return rows, block_v, chunks
+    # Searches that sort nothing, sort few tokens (the passes narrow first) or many (a GPU's 8,192
+    # costs the interpreter about a minute a row).
+    capacity = draw(st.sampled_from((None, 0, 1, 7, 64)))
+    return rows, block_v, chunks, capacity
 
 
 @given(case=filtered_rows())
-def test_thresholds_keep_the_specification_kept_set(case: tuple[Rows, int | None, int | None]) -> None:
+def test_thresholds_keep_the_specification_kept_set(
+    case: tuple[Rows, int | None, int | None, int | None],
+) -> None:
     """The kernel's ``{z >= t}`` equals `reference.filters.kept_tokens` except near pivots and
     negligible tokens, however many programs share a row; the max is kept; ``t`` is ``-inf`` or a
     logit of its row; greedy rows, rows without a finite logit and rows with ``+inf`` logits keep
-    everything."""
-    rows, block_v, chunks = case
-    comparison = _check(rows, _thresholds(rows, block_v, chunks))
+    everything; whether the searches sort their last tokens or narrow to one key."""
+    rows, block_v, chunks, capacity = case
+    comparison = _check(rows, _thresholds(rows, block_v, chunks, capacity))
     event(f"near-pivot differences: {min(comparison.near_differences, 1)}")
     event(f"negligible differences: {min(comparison.negligible_differences, 1)}")
 
@@ -359,32 +371,38 @@ def test_rows_that_filter_nothing_keep_everything() -> None:
 
 
 def test_a_search_cut_short_disagrees_with_the_specification() -> None:
-    """With 2 passes of 16 ways instead of `SEARCH_PASSES` (8 bits of the key instead of 32) the
-    top-k search stops far below the k-th value (it keeps extra tokens) and the top-p search far
-    above the crossing token (it drops kept ones): the comparison reports tokens that are no near
-    pivot. With `SEARCH_PASSES` it reports none."""
+    """Searching by passes alone (no sort), one pass of 4 keys instead of `exact_passes` stops the
+    top-k search far below the k-th value (it keeps extra tokens) and the top-p search far above the
+    crossing token (it drops kept ones): the comparison reports tokens that are no near pivot. With
+    `SEARCH_PASSES` passes of `WAYS` keys, or with the default sort, it reports none."""
     logits = np.linspace(-3.0, 3.0, 200)
     for params in ({"top_k": 5}, {"top_p": 0.5}, {"min_p": 0.01, "top_k": 20, "top_p": 0.9}):
         rows = _rows(np.stack([logits, logits[::-1] * 0.5]), [1.0, 0.7], **params)
         assert _compare(rows, _cut_short(rows, SEARCH_PASSES)).unexplained == []
-        short = _compare(rows, _cut_short(rows, 2, 16))
+        assert _compare(rows, _thresholds(rows)).unexplained == []
+        short = _compare(rows, _cut_short(rows, 1, 4))
         assert len(short.unexplained) >= 2, params
         assert {r for r, _ in short.unexplained} == {0, 1}
-    # The keys of float32 values span fewer than 2**32: SEARCH_PASSES passes of WAYS ways cover them.
-    assert WAYS ** (SEARCH_PASSES - 1) < 2**32 <= WAYS**SEARCH_PASSES
+    # The keys of float32 values span fewer than 2**32: after the pass by value, SEARCH_PASSES - 1
+    # passes by key of WAYS keys each narrow them to one.
+    assert exact_passes(WAYS) == SEARCH_PASSES
+    assert WAYS ** (SEARCH_PASSES - 2) < 2**32 <= WAYS ** (SEARCH_PASSES - 1)
 
 
-@pytest.mark.parametrize(("ways", "passes"), [(2, 32), (4, 16), (8, 11), (32, 7)])
-def test_every_search_width_finds_the_same_thresholds(ways: int, passes: int) -> None:
-    """A search of any width with enough passes (bisection at 2 ways) ends on the same exact
-    pivots: the thresholds equal those of `SEARCH_PASSES` passes of `WAYS` ways."""
+@pytest.mark.parametrize("ways", [2, 4, 8, 32])
+def test_every_search_width_finds_the_same_thresholds(ways: int) -> None:
+    """A search by passes alone of any width with `exact_passes` passes (bisection at 2 ways) ends on
+    the same exact pivots as `SEARCH_PASSES` passes of `WAYS` ways, and as the searches that sort
+    their last tokens (every capacity)."""
     rng = np.random.default_rng(11)
     logits = np.round(rng.normal(size=(3, 300)) * 8) / 8
     logits[1, :5] = np.nextafter(np.float32(2.5), np.float32(0.0))
     rows = _rows(logits, [1.0, 0.4, 3.0], top_k=[7, 40, 0], top_p=[0.8, 0.95, 0.3], min_p=[0.0, 0.02, 0.1])
     expected = _cut_short(rows, SEARCH_PASSES)
     _check(rows, expected)
-    np.testing.assert_array_equal(_cut_short(rows, passes, ways), expected)
+    np.testing.assert_array_equal(_cut_short(rows, exact_passes(ways), ways), expected)
+    for capacity in (1, 16, 300):
+        np.testing.assert_array_equal(_thresholds(rows, capacity=capacity), expected)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -503,14 +521,15 @@ def test_bad_inputs_raise_naming_the_argument_and_value(case: str, message: str)
 
 def test_bad_tile_width_and_unchecked_values() -> None:
     """A tile width that is no power of two >= 16, a search width that is no power of two >= 2, no
-    pass or no chunk is refused; with values unchecked, out-of-range parameters still keep the max:
-    ``k < 0`` is off, ``min_p >= 1`` and ``top_p <= 0`` keep its ties."""
+    pass, no chunk or a negative capacity is refused; with values unchecked, out-of-range parameters
+    still keep the max: ``k < 0`` is off, ``min_p >= 1`` and ``top_p <= 0`` keep its ties."""
     logits = torch.tensor([[3.0, 1.0, 3.0, 2.0]] * 3, device=DEVICE)
     ones = torch.ones(3, device=DEVICE)
     refused = {
         r"block_v is 24; expected a power of two >= 16": {"block_v": 24},
         r"search_ways is 12; expected a power of two >= 2": {"search_ways": 12},
         r"search_passes is 0; expected an int >= 1": {"search_passes": 0},
+        r"capacity is -1; expected an int in \[0, 16384\]": {"capacity": -1},
         r"chunks is 0; expected an int >= 1": {"chunks": 0},
     }
     for message, bad in refused.items():
