@@ -217,17 +217,20 @@ def _masses_above(row_ptr, begin, end, cuts, row_max, inv_temperature, BLOCK_V: 
 
 
 @triton.jit
-def _compact(row_ptr, out_ptr, begin, end, lo, hi, capacity, counter_ptr, SHARED: tl.constexpr,
+def _compact(row_ptr, out_ptr, begin, end, lo, hi, capacity, counter_ptr, kept_key, SHARED: tl.constexpr,
              BLOCK_V: tl.constexpr):  # fmt: skip
-    """How many tokens of ``[begin, end)`` have an order key in ``[lo, hi)`` (int32 bounds); their keys
-    into ``out_ptr[0:capacity]`` (those that fit). Alone (``SHARED`` false) a program writes them in
-    token order from slot 0; programs that share a row (``SHARED``) take their slots from the row's
-    counter (``counter_ptr``, an atomic add a tile), in no fixed order: the keys are sorted before use."""
+    """How many tokens of ``[begin, end)`` have an order key in ``[lo, hi)`` (int32 bounds), their keys
+    into ``out_ptr[0:capacity]`` (those that fit), and, in the same pass, the smallest logit whose key
+    is ``>= kept_key`` (``+inf``: none). Alone (``SHARED`` false) a program writes the keys in token
+    order from slot 0; programs that share a row (``SHARED``) take their slots from the row's counter
+    (``counter_ptr``, an atomic add a tile), in no fixed order: the keys are sorted before use."""
     n = tl.full([], 0, tl.int32)
+    smallest = tl.full([BLOCK_V], POS_INF, tl.float32)
     tile_start = begin
     while tile_start < end:
         x, in_vocab = _tile(row_ptr, tile_start, end, BLOCK_V)
         keys = _keys(x, in_vocab)
+        smallest = tl.minimum(smallest, tl.where(keys >= kept_key, x, POS_INF))
         taken = ((keys >= lo) & (keys < hi)).to(tl.int32)
         count = tl.sum(taken, axis=0)
         if count > 0:
@@ -239,7 +242,7 @@ def _compact(row_ptr, out_ptr, begin, end, lo, hi, capacity, counter_ptr, SHARED
             tl.store(out_ptr + slot, keys, mask=(taken > 0) & (slot < capacity))
             n += count
         tile_start += BLOCK_V
-    return n
+    return n, tl.min(smallest, axis=0)
 
 
 @triton.jit
@@ -251,7 +254,6 @@ def _sorted(out_ptr, n, CAPACITY: tl.constexpr):
     # The keys were stored by other threads of this program.
     tl.debug_barrier()
     lanes = tl.arange(0, CAPACITY)
-    keys = tl.full([CAPACITY], NO_KEY, tl.int32)
     if CAPACITY > SMALL_SORT:
         if n <= SMALL_SORT:
             few = tl.arange(0, SMALL_SORT)
@@ -315,6 +317,21 @@ def _narrow_top_p(cuts, masses, counts, target, lo, hi, mass_hi, at_lo, at_hi):
 
 
 @triton.jit
+def _first_narrow_top_p(cuts, masses, counts, top_p, lo, hi, WAYS: tl.constexpr):
+    """Top-p's first pass applied to ``(lo, hi]``: its lane 0 is ``lo``, whose mass is the kept mass, so
+    the target is ``top_p`` times it. Returns ``(lo, hi, target, mass above hi, tokens above lo, tokens
+    above hi)``."""
+    lanes = tl.arange(0, WAYS)
+    target = top_p * tl.sum(tl.where(lanes == 0, masses, 0.0), axis=0)
+    at_lo = tl.sum(tl.where(lanes == 0, counts, 0), axis=0).to(tl.int64)
+    none = tl.full([], 0, tl.int64)
+    lo, hi, mass_hi, at_lo, at_hi = _narrow_top_p(
+        cuts, masses, counts, target, lo, hi, tl.full([], 0.0, tl.float32), at_lo, none
+    )  # fmt: skip
+    return lo, hi, target, mass_hi, at_lo, at_hi
+
+
+@triton.jit
 def _top_p_floor(row_max, least, inv_temperature):
     """The least value a top-p pass by value places a cut at: ``max - 64 T`` (a weight of ``e**-64``),
     or the row's least logit above it."""
@@ -333,21 +350,7 @@ def _top_p_first(row_ptr, vocab_size, top_p, kept_key, max_key, row_max, least, 
     cuts = _cuts(lo, max_key, _top_p_floor(row_max, least, inv_temperature), True, WAYS)
     masses, counts = _masses_above(row_ptr, 0, vocab_size, cuts.to(tl.int32), row_max, inv_temperature,
                                    BLOCK_V, WAYS)  # fmt: skip
-    lanes = tl.arange(0, WAYS)
-    target = top_p * tl.sum(tl.where(lanes == 0, masses, 0.0), axis=0)
-    at_lo = tl.sum(tl.where(lanes == 0, counts, 0), axis=0).to(tl.int64)
-    lo, hi, mass_hi, at_lo, at_hi = _narrow_top_p(
-        cuts,
-        masses,
-        counts,
-        target,
-        lo,
-        max_key,
-        tl.full([], 0.0, tl.float32),
-        at_lo,
-        tl.full([], 0, tl.int64),
-    )
-    return lo, hi, target, mass_hi, at_lo, at_hi
+    return _first_narrow_top_p(cuts, masses, counts, top_p, lo, max_key, WAYS)
 
 
 @triton.jit
@@ -378,7 +381,7 @@ def _top_k_finish(row_ptr, cand_ptr, vocab_size, k, lo, hi, n, capacity, passes,
     # The first compaction holds the interval's tokens where they fit; after a pass, compact again.
     if (i > 0) & (n <= capacity) & (hi - lo > 1):
         _compact(row_ptr, cand_ptr, 0, vocab_size, lo.to(tl.int32), hi.to(tl.int32), capacity, cand_ptr,
-                 False, SCAN)  # fmt: skip
+                 NO_KEY, False, SCAN)  # fmt: skip
     compacted = (n <= capacity) & ((i == 0) | (hi - lo > 1))
     kth = lo
     cand = tl.full([CAPACITY], NO_KEY, tl.int32)
@@ -415,7 +418,7 @@ def _top_p_finish(row_ptr, cand_ptr, vocab_size, target, lo, hi, mass_hi, at_lo,
     if (hi - lo > 1) & (n <= capacity):
         if compacted == 0:
             _compact(row_ptr, cand_ptr, 0, vocab_size, (lo + 1).to(tl.int32), (hi + 1).to(tl.int32), capacity,
-                     cand_ptr, False, SCAN)  # fmt: skip
+                     cand_ptr, NO_KEY, False, SCAN)  # fmt: skip
         keys = _sorted(cand_ptr, n, CAPACITY)
         valid = tl.arange(0, CAPACITY).to(tl.int64) < n
         weights = tl.where(valid, tl.exp(scaled_logit(_key_value(keys), row_max, inv_temperature)), 0.0)
@@ -614,18 +617,9 @@ def filter_compact_kernel(logits_ptr, temperature_ptr, top_p_ptr, row_stats_ptr,
             least = tl.load(row_stats_ptr + row * STATS_FIELDS + 2)
             inv_temperature = inverse_temperature(tl.load(temperature_ptr + row))
             cuts = _cuts(lo, hi, _top_p_floor(row_max, least, inv_temperature), True, WAYS)
-            target = tl.load(top_p_ptr + row) * tl.sum(tl.where(lanes == 0, masses, 0.0), axis=0)
-            none = tl.full([], 0, tl.int64)
-            lo, hi, mass_hi, _, _ = _narrow_top_p(
-                cuts,
-                masses,
-                tl.zeros([WAYS], tl.int32),
-                target,
-                lo,
-                hi,
-                tl.full([], 0.0, tl.float32),
-                none,
-                none,
+            # The counts go unused: the compaction counts the interval's tokens.
+            lo, hi, target, mass_hi, _, _ = _first_narrow_top_p(
+                cuts, masses, tl.zeros([WAYS], tl.int32), tl.load(top_p_ptr + row), lo, hi, WAYS
             )
             if chunk == 0:
                 tl.store(state + STATE_TOP_P_LO, lo)
@@ -636,17 +630,16 @@ def filter_compact_kernel(logits_ptr, temperature_ptr, top_p_ptr, row_stats_ptr,
             # (lo, hi] as [lo + 1, hi + 1)
             lo += 1
             hi += 1
-        if compacting:
-            _compact(row_ptr, candidates_ptr + row.to(tl.int64) * CAPACITY, begin, end, lo.to(tl.int32),
-                     hi.to(tl.int32), capacity, counter_ptr + row, True, BLOCK_V)  # fmt: skip
-        kept_key = tl.load(state + STATE_KEPT).to(tl.int32)
-        smallest = tl.full([BLOCK_V], POS_INF, tl.float32)
-        tile_start = begin
-        while tile_start < end:
-            x, in_vocab = _tile(row_ptr, tile_start, end, BLOCK_V)
-            smallest = tl.minimum(smallest, tl.where(in_vocab & (_order_key(x) >= kept_key), x, POS_INF))
-            tile_start += BLOCK_V
-        tl.store(chunk_min_ptr + row * num_chunks + chunk, tl.min(smallest, axis=0))
+        # One pass over the chunk: the interval's tokens (none where the row compacts nothing) and the
+        # smallest logit at or above min-p's key.
+        lo = tl.where(compacting, lo, 0)
+        hi = tl.where(compacting, hi, 0)
+        _, smallest = _compact(
+            row_ptr, candidates_ptr + row.to(tl.int64) * CAPACITY, begin, end, lo.to(tl.int32),
+            hi.to(tl.int32), capacity, counter_ptr + row, tl.load(state + STATE_KEPT).to(tl.int32), True,
+            BLOCK_V,
+        )  # fmt: skip
+        tl.store(chunk_min_ptr + row * num_chunks + chunk, smallest)
 
 
 @triton.jit(do_not_specialize=["logits_stride", "vocab_size", "num_chunks", "capacity", "passes"])
