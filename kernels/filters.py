@@ -97,7 +97,9 @@ FIRST_WAYS = 32
 # Candidates up to this many are sorted in a tile this wide (`_sorted`).
 SMALL_SORT = tl.constexpr(256)
 # A row's tile maxima: at most MAX_TILES of them, each over at least MIN_TILE tokens (`maxima_tile`).
+# The interpreter sorts them slowly (about 2 s for 1,024): at most INTERPRETER_MAX_TILES there.
 MAX_TILES = 1024
+INTERPRETER_MAX_TILES = 64
 MIN_TILE = 16
 # Passes that find a pivot by passes alone (`exact_passes`): one by value, eight by key.
 SEARCH_PASSES = 1 + -(-32 // (WAYS.bit_length() - 1))
@@ -817,10 +819,10 @@ def exact_passes(ways: int) -> int:
     return 1 + -(-32 // (ways.bit_length() - 1))
 
 
-def maxima_tile(vocab_size: int, block_v: int) -> int:
+def maxima_tile(vocab_size: int, block_v: int, max_tiles: int = MAX_TILES) -> int:
     """The width of a row's maxima tiles: the least power of two >= `MIN_TILE` that cuts the vocabulary
-    into at most `MAX_TILES` tiles, at most ``block_v``."""
-    return min(block_v, max(MIN_TILE, int(triton.next_power_of_2(-(-vocab_size // MAX_TILES)))))
+    into at most ``max_tiles`` tiles, at most ``block_v``."""
+    return min(block_v, max(MIN_TILE, int(triton.next_power_of_2(-(-vocab_size // max_tiles)))))
 
 
 # Programs the first pass aims for on a GPU, per SM: enough chunks that a few batches' rows fill it.
@@ -941,7 +943,7 @@ def filter_thresholds(
     tiles_per_chunk = -(-tiles // min(chunks, tiles))
     chunk_size = tiles_per_chunk * block_v
     num_chunks = -(-tiles // tiles_per_chunk)
-    tile = maxima_tile(vocab_size, block_v)
+    tile = maxima_tile(vocab_size, block_v, INTERPRETER_MAX_TILES if device.type == "cpu" else MAX_TILES)
     num_tiles = -(-vocab_size // tile)
     has_top_k, has_top_p, has_min_p = top_k is not None, top_p is not None, min_p is not None
     # Parameters a launch does not read get the temperature's pointer.
