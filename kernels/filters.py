@@ -5,13 +5,13 @@ Each filter of `reference.filters` keeps the tokens at or above a value, so a ro
 module finds ``t`` without sorting the vocabulary: it reads a row twice, each time shared by
 several programs (chunks of whole tiles, `default_chunks`: on a GPU, enough programs to fill it
 whatever the batch), and sorts only the few tokens near a pivot, in one program per row. The
-searches compare int32 order keys of the float32 values (`_order_key`: integer order is float
+searches compare int32 order keys of the float32 values (`order_key`: integer order is float
 order), so every pivot is a token's exact value.
 
 1. ``filter_stats_kernel`` (each chunk): the max, ``sum exp((z - max) / T)`` and least logit, and the
    max of every tile of `maxima_tile` tokens (at most `MAX_TILES` of them a row).
 2. ``filter_start_kernel`` (each row): the chunks' statistics combined in chunk order; min-p's key,
-   ``(z - max) / T >= log(min_p)`` with the cut taken in float64 (`_min_p_key`); and the row's second
+   ``(z - max) / T >= log(min_p)`` with the cut taken in float64 (`min_p_key`); and the row's second
    pass. Top-k: the ``k``-th largest tile maximum bounds the ``k``-th value from below (``k`` tiles
    hold a token at or above it), so the tokens at or above it (and min-p's key) are few where the
    logits are spread over the vocabulary. Top-p without top-k: the masses above `FIRST_WAYS`
@@ -66,17 +66,32 @@ import torch
 import triton
 import triton.language as tl
 
+from specsample.kernels.filter_rows_kernels import filter_rows_kernel
 from specsample.kernels.rules import (
     LOG_ZERO,
-    MAX_TEMPERATURE,
     NEG_INF,
+    NEG_INF_KEY,
+    NO_KEY,
+    POS_INF,
     clean_logit,
+    filters_row,
     inverse_temperature,
+    key_value,
+    min_p_key,
+    order_key,
     rescale_factor,
     scaled_logit,
 )
 from specsample.reference.contract import LOGIT_DTYPES
 
+# The launch plans: "split" (a row shared by several programs, what a GPU runs) and "rows" (a program
+# takes a block of whole rows, `kernels.filter_rows_kernels`, what the Triton interpreter runs).
+FILTER_PLANS = ("split", "rows")
+# A rows-plan program holds [rows, BLOCK_V] tiles of at most this many elements, BLOCK_V at most the
+# second number. The interpreter pays per operation, so its tiles are wide; a GPU runs the rows plan
+# only to check it against the split plan, in tiles it compiles quickly.
+ROWS_TILE_ELEMENTS = {"cpu": 2**18, "cuda": 2**10}
+ROWS_MAX_BLOCK_V = {"cpu": 2**15, "cuda": 256}
 # Keys a search pass tries at once: each pass by key narrows the interval of order keys WAYS-fold.
 WAYS = 16
 # Tile widths: the default is the vocabulary's next power of two, within these bounds; a search pass
@@ -109,30 +124,7 @@ SEARCH_TILE = 16384
 SCAN_BLOCK = 8192
 # Warps of a row's search program and of top-p's first pass.
 SELECT_WARPS = 8
-# The largest finite float32: min-p's cut is clamped to -FLT_MAX before its conversion to float32.
-FLT_MAX = tl.constexpr(3.4028234663852886e38)
-POS_INF = tl.constexpr(float("inf"))
-# Bits that `_order_key` flips in negative values (every bit but the sign).
-MAGNITUDE_BITS = tl.constexpr(0x7FFFFFFF)
-# Below every order key (the least, -inf's, is NEG_INF_KEY) and every bound and cut.
-NO_KEY = tl.constexpr(-(2**31))
-NEG_INF_KEY = tl.constexpr(-(2**31) + 2**23 - 1)
 INDEX_DTYPES = (torch.int32, torch.int64)
-
-
-@triton.jit
-def _order_key(x):
-    """The int32 order key of float32 values ``x`` (no NaN): ``a < b`` iff ``key(a) < key(b)``, and
-    ``-0.0`` has the key of ``+0.0``."""
-    bits = tl.where(x == 0.0, 0.0, x).to(tl.int32, bitcast=True)
-    return tl.where(bits >= 0, bits, bits ^ MAGNITUDE_BITS)
-
-
-@triton.jit
-def _key_value(key):
-    """The float32 value of an int32 order key (`_order_key`'s inverse)."""
-    bits = tl.where(key >= 0, key, key ^ MAGNITUDE_BITS)
-    return bits.to(tl.float32, bitcast=True)
 
 
 @triton.jit
@@ -147,7 +139,7 @@ def _tile(row_ptr, tile_start, end, BLOCK_V: tl.constexpr):
 @triton.jit
 def _keys(x, in_vocab):
     """The order keys of a tile, `NO_KEY` (below every bound and cut) outside the vocabulary."""
-    return tl.where(in_vocab, _order_key(x), NO_KEY)
+    return tl.where(in_vocab, order_key(x), NO_KEY)
 
 
 @triton.jit
@@ -168,12 +160,12 @@ def _cuts(lo, top, floor, by_value, WAYS: tl.constexpr):
     lanes = tl.arange(0, WAYS)
     step = (top - lo + (WAYS - 1)) // WAYS
     by_key = tl.minimum(lo + lanes.to(tl.int64) * step, top)
-    a = tl.maximum(_key_value(tl.maximum(lo, NEG_INF_KEY).to(tl.int32)), floor)
-    b = _key_value(top.to(tl.int32))
+    a = tl.maximum(key_value(tl.maximum(lo, NEG_INF_KEY).to(tl.int32)), floor)
+    b = key_value(top.to(tl.int32))
     use_value = by_value & (a > NEG_INF) & (b < POS_INF) & (a < b)
     f = lanes.to(tl.float32) / WAYS
     values = tl.where(use_value, a * (1.0 - f) + b * f, 0.0)
-    by_values = tl.minimum(tl.maximum(_order_key(values).to(tl.int64), lo), top)
+    by_values = tl.minimum(tl.maximum(order_key(values).to(tl.int64), lo), top)
     return tl.where(use_value, tl.where(lanes == 0, lo, by_values), by_key)
 
 
@@ -271,34 +263,10 @@ def _sorted(out_ptr, n, CAPACITY: tl.constexpr):
 
 
 @triton.jit
-def _min_p_key(row_max, temperature, min_p):
-    """The order key of the smallest float32 logit that min-p keeps, ``(z - max) / T >= log(min_p)``.
-
-    The cut ``max + log(min_p) T`` is taken in float64 from ``log(min_p)`` in float32 and rounded up
-    to a float32, so the comparison costs one float32 rounding of ``log(min_p)``: within
-    `reference.filters.pivot_band` of the exact threshold."""
-    log_min_p = tl.log(tl.where(min_p > 0.0, min_p, 1.0)).to(tl.float64)
-    scale = tl.minimum(temperature, MAX_TEMPERATURE).to(tl.float64)
-    top = row_max.to(tl.float64)
-    # Within [-FLT_MAX, max]: the conversion to float32 cannot overflow, and min_p >= 1 keeps the max.
-    cut = tl.minimum(tl.maximum(top + log_min_p * scale, -FLT_MAX), top)
-    nearest = cut.to(tl.float32)
-    key = _order_key(nearest)
-    return tl.where(nearest.to(tl.float64) < cut, key + 1, key)
-
-
-@triton.jit
 def _chunk_span(chunk, chunk_size, vocab_size):
     """Tokens ``[begin, end)`` of a row's chunk."""
     begin = chunk * chunk_size
     return begin, tl.minimum(begin + chunk_size, vocab_size)
-
-
-@triton.jit
-def _filtering(temperature, row_max):
-    """Whether a row can filter at all: greedy rows, rows without a finite logit and rows with ``+inf``
-    logits filter nothing."""
-    return (temperature > 0.0) & (row_max > NEG_INF) & (row_max < POS_INF)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -423,7 +391,7 @@ def _top_p_finish(row_ptr, cand_ptr, vocab_size, target, lo, hi, mass_hi, at_lo,
                      cand_ptr, NO_KEY, False, SCAN)  # fmt: skip
         keys = _sorted(cand_ptr, n, CAPACITY)
         valid = tl.arange(0, CAPACITY).to(tl.int64) < n
-        weights = tl.where(valid, tl.exp(scaled_logit(_key_value(keys), row_max, inv_temperature)), 0.0)
+        weights = tl.where(valid, tl.exp(scaled_logit(key_value(keys), row_max, inv_temperature)), 0.0)
         before = mass_hi + (tl.cumsum(weights, axis=0) - weights)
         pivot = tl.min(tl.where(valid & (before < target), keys.to(tl.int64), hi), axis=0)
     return pivot
@@ -434,7 +402,7 @@ def _top_p_sorted(cand, kept_key, top_p, max_key, row_max, inv_temperature):
     """Top-p's pivot from sorted candidates that are every kept token (key ``>= kept_key``): the least
     key whose kept mass above, summed largest first, is below ``top_p`` times their sum."""
     kept = cand.to(tl.int64) >= kept_key
-    weights = tl.where(kept, tl.exp(scaled_logit(_key_value(cand), row_max, inv_temperature)), 0.0)
+    weights = tl.where(kept, tl.exp(scaled_logit(key_value(cand), row_max, inv_temperature)), 0.0)
     target = top_p * tl.sum(weights, axis=0)
     before = tl.cumsum(weights, axis=0) - weights
     return tl.min(tl.where(kept & (before < target), cand.to(tl.int64), max_key), axis=0)
@@ -524,8 +492,8 @@ def filter_start_kernel(temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, chunk_
     tl.store(out + 1, row_sum)
     tl.store(out + 2, least)
 
-    filtering = _filtering(temperature, row_max)
-    max_key = _order_key(row_max).to(tl.int64)
+    filtering = filters_row(temperature, row_max)
+    max_key = order_key(row_max).to(tl.int64)
     kept_key = tl.full([], NEG_INF_KEY, tl.int64)
     mode = tl.full([], MODE_NONE, tl.int64)
     lo = kept_key
@@ -533,7 +501,7 @@ def filter_start_kernel(temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, chunk_
     if HAS_MIN_P:
         min_p = tl.load(min_p_ptr + row)
         by_min_p = filtering & (min_p > 0.0)
-        kept_key = tl.where(by_min_p, tl.minimum(_min_p_key(row_max, temperature, min_p), max_key), kept_key)
+        kept_key = tl.where(by_min_p, tl.minimum(min_p_key(row_max, temperature, min_p), max_key), kept_key)
         mode = tl.where(by_min_p, MODE_MIN_P, mode)
         lo = kept_key
     if HAS_TOP_P:
@@ -552,7 +520,7 @@ def filter_start_kernel(temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, chunk_
                 tl.where(tiles.to(tl.int64) == k - 1, tl.sort(maxima, descending=True), NEG_INF), axis=0
             )
             mode = tl.full([], MODE_TOP_K, tl.int64)
-            lo = tl.maximum(kept_key, _order_key(bound).to(tl.int64))
+            lo = tl.maximum(kept_key, order_key(bound).to(tl.int64))
             hi = max_key + 1
     state = row_state_ptr + row * STATE_FIELDS
     tl.store(state + STATE_MODE, mode)
@@ -663,7 +631,7 @@ def filter_select_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, row_
     row_sum = tl.load(stats + 1)
     least = tl.load(stats + 2)
     inv_temperature = inverse_temperature(tl.load(temperature_ptr + row))
-    max_key = _order_key(row_max).to(tl.int64)
+    max_key = order_key(row_max).to(tl.int64)
     mode = tl.load(state + STATE_MODE)
     kept_key = tl.load(state + STATE_KEPT)
     lo = tl.load(state + STATE_LO)
@@ -680,7 +648,7 @@ def filter_select_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, row_
             kth, filters, cand, whole = _top_k_finish(
                 row_ptr, cand_ptr, vocab_size, k, lo, hi, n, capacity, passes, BLOCK_V, SCAN, WAYS, CAPACITY
             )
-            kth_log_p = scaled_logit(_key_value(kth.to(tl.int32)), row_max, inv_temperature) - tl.log(row_sum)
+            kth_log_p = scaled_logit(key_value(kth.to(tl.int32)), row_max, inv_temperature) - tl.log(row_sum)
             # A k-th value of probability zero ties with every zero: top-k then keeps everything kept.
             by_k = filters & (kth_log_p >= LOG_ZERO)
             kept_key = tl.where(by_k, kth, kept_key)
@@ -728,7 +696,7 @@ def filter_select_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, row_
             at_pivot = tl.full([], 1, tl.int32)
     threshold = tl.full([], NEG_INF, tl.float32)
     if (mode != MODE_NONE) & (kept_key > NEG_INF_KEY):
-        smallest = _key_value(kept_key.to(tl.int32))
+        smallest = key_value(kept_key.to(tl.int32))
         if at_pivot == 0:
             # Min-p's key: the smallest logit at or above it, the least of the chunks' (kept_key is
             # still the key they compared with).
@@ -745,18 +713,20 @@ def filter_select_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, row_
     tl.store(threshold_ptr + row, threshold)
 
 
-@triton.jit(do_not_specialize=["logits_stride", "out_stride", "vocab_size"])
-def apply_threshold_kernel(logits_ptr, threshold_ptr, out_ptr, logits_stride, out_stride, vocab_size,
-                           BLOCK_V: tl.constexpr):  # fmt: skip
-    """Grid (R, cdiv(V, BLOCK_V)): ``out = logits`` where ``float32(logits) >= t`` of the row, else
-    ``-inf`` (NaN included), in the logits' dtype."""
-    row = tl.program_id(0).to(tl.int64)
+@triton.jit(do_not_specialize=["num_rows", "logits_stride", "out_stride", "vocab_size"])
+def apply_threshold_kernel(logits_ptr, threshold_ptr, out_ptr, num_rows, logits_stride, out_stride,
+                           vocab_size, ROWS: tl.constexpr, BLOCK_V: tl.constexpr):  # fmt: skip
+    """Grid (cdiv(R, ROWS), cdiv(V, BLOCK_V)): ``out = logits`` where ``float32(logits) >= t`` of the row,
+    else ``-inf`` (NaN included), in the logits' dtype, a ``[ROWS, BLOCK_V]`` tile a program."""
+    row = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)).to(tl.int64)
     tokens = tl.program_id(1) * BLOCK_V + tl.arange(0, BLOCK_V)
-    in_vocab = tokens < vocab_size
-    x = tl.load(logits_ptr + row * logits_stride + tokens, mask=in_vocab, other=0.0).to(tl.float32)
+    inside = (row < num_rows)[:, None] & (tokens < vocab_size)[None, :]
+    x = tl.load(logits_ptr + row[:, None] * logits_stride + tokens[None, :], mask=inside, other=0.0)
+    threshold = tl.load(threshold_ptr + row, mask=row < num_rows, other=NEG_INF)
     # Exact: a kept value goes back to the dtype it came from.
-    masked = tl.where(x >= tl.load(threshold_ptr + row), x, NEG_INF)
-    tl.store(out_ptr + row * out_stride + tokens, masked.to(out_ptr.dtype.element_ty), mask=in_vocab)
+    masked = tl.where(x.to(tl.float32) >= threshold[:, None], x.to(tl.float32), NEG_INF)
+    out = out_ptr + row[:, None] * out_stride + tokens[None, :]
+    tl.store(out, masked.to(out_ptr.dtype.element_ty), mask=inside)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -862,8 +832,9 @@ def filter_thresholds(
     block_v: int | None = None,
     chunks: int | None = None,
     capacity: int | None = None,
-    search_passes: int = SEARCH_PASSES,
-    search_ways: int = WAYS,
+    search_passes: int | None = None,
+    search_ways: int | None = None,
+    plan: str | None = None,
 ) -> torch.Tensor:
     """Each row's threshold ``t``: the row's filters keep exactly ``{x : z_x >= t}`` (NaN as ``-inf``).
 
@@ -886,9 +857,15 @@ def filter_thresholds(
             on it but through the order of the row sum's fp32 additions (near pivots only).
         capacity: the most tokens a search sorts (default `CAPACITY`, `INTERPRETER_CAPACITY` on the
             CPU; ``0``: it never sorts, and searches by passes alone).
-        search_passes, search_ways: the most passes a search makes before it sorts, and the keys a
-            pass tries, a power of two >= 2 (`exact_passes` of them find the exact pivots without a
-            sort; fewer stop short, which only tests ask for).
+        search_passes, search_ways: the most passes a search makes before it sorts (default
+            `SEARCH_PASSES`), and the keys a pass tries, a power of two >= 2 (default `WAYS`;
+            `exact_passes` of them find the exact pivots without a sort; fewer stop short, which only
+            tests ask for).
+        plan: ``"split"`` (a row shared by several programs; ``chunks``, ``capacity`` and the search's
+            passes and ways shape it) or ``"rows"`` (a program takes a block of whole rows,
+            `kernels.filter_rows_kernels`, in tiles ``block_v`` wide); default: ``"rows"`` for CPU
+            tensors (the interpreter), else ``"split"``. Both keep the same sets up to near pivots (the
+            order of float32 sums).
 
     Returns:
         ``[R]`` fp32 thresholds on the device of ``logits``.
@@ -917,12 +894,25 @@ def filter_thresholds(
         _check_vector("top_p", top_p, (torch.float32,), device, rows)
     if min_p is not None:
         _check_vector("min_p", min_p, (torch.float32,), device, rows)
-    if block_v is None:
-        block_v = _launch_block_v(vocab_size, device)
-    elif not isinstance(block_v, int) or block_v < MIN_BLOCK_V or block_v & (block_v - 1):
+    bad_width = not isinstance(block_v, int) or block_v < MIN_BLOCK_V or block_v & (block_v - 1)
+    if block_v is not None and bad_width:
         raise _fail("block_v", f"is {block_v!r}; expected a power of two >= {MIN_BLOCK_V}")
+    if plan is None:
+        plan = "rows" if device.type == "cpu" else "split"
+    elif plan not in FILTER_PLANS:
+        raise _fail("plan", f"is {plan!r}; expected one of {', '.join(FILTER_PLANS)}")
+    if plan == "rows":
+        split_only = {"chunks": chunks, "capacity": capacity, "search_passes": search_passes,
+                      "search_ways": search_ways}  # fmt: skip
+        for name, value in split_only.items():
+            if value is not None:
+                raise _fail(name, f"is {value!r}; it shapes the split plan, and the plan is 'rows'")
+    if search_ways is None:
+        search_ways = WAYS
     if not isinstance(search_ways, int) or search_ways < 2 or search_ways & (search_ways - 1):
         raise _fail("search_ways", f"is {search_ways!r}; expected a power of two >= 2")
+    if search_passes is None:
+        search_passes = SEARCH_PASSES
     if not isinstance(search_passes, int) or search_passes < 1:
         raise _fail("search_passes", f"is {search_passes!r}; expected an int >= 1")
     if capacity is None:
@@ -935,6 +925,12 @@ def filter_thresholds(
     thresholds = torch.empty(rows, dtype=torch.float32, device=device)
     if rows == 0:
         return thresholds
+    if top_k is None and top_p is None and min_p is None:
+        return thresholds.fill_(float("-inf"))
+    if plan == "rows":
+        return _rows_thresholds(logits, temperature, top_k, top_p, min_p, thresholds, block_v)
+    if block_v is None:
+        block_v = _launch_block_v(vocab_size, device)
     tiles = -(-vocab_size // block_v)
     if chunks is None:
         chunks = default_chunks(rows, tiles, device)
@@ -950,8 +946,6 @@ def filter_thresholds(
     k_ptr = top_k if top_k is not None else temperature
     p_ptr = top_p if top_p is not None else temperature
     min_p_ptr = min_p if min_p is not None else temperature
-    if not (has_top_k or has_top_p or has_min_p):
-        return thresholds.fill_(float("-inf"))
     chunk_stats = torch.empty(rows, num_chunks, 3, dtype=torch.float32, device=device)
     tile_max = torch.empty(rows, num_tiles, dtype=torch.float32, device=device)
     row_stats = torch.empty(rows, STATS_FIELDS.value, dtype=torch.float32, device=device)
@@ -1010,6 +1004,33 @@ def filter_thresholds(
     return thresholds
 
 
+def _rows_thresholds(
+    logits: torch.Tensor,
+    temperature: torch.Tensor,
+    top_k: torch.Tensor | None,
+    top_p: torch.Tensor | None,
+    min_p: torch.Tensor | None,
+    thresholds: torch.Tensor,
+    block_v: int | None,
+) -> torch.Tensor:
+    """`filter_thresholds` by the rows plan: one program per block of rows (`filter_rows_kernel`)."""
+    rows, vocab_size = logits.shape
+    kind = "cpu" if logits.device.type == "cpu" else "cuda"
+    if block_v is None:
+        block_v = max(MIN_BLOCK_V, min(ROWS_MAX_BLOCK_V[kind], int(triton.next_power_of_2(vocab_size))))
+    per_program = max(1, min(ROWS_TILE_ELEMENTS[kind] // block_v, int(triton.next_power_of_2(rows))))
+    # Parameters a launch does not read get the temperature's pointer.
+    quiet = np.errstate(all="ignore") if logits.device.type == "cpu" else contextlib.nullcontext()
+    with quiet:
+        filter_rows_kernel[(-(-rows // per_program),)](
+            logits, temperature, temperature if top_k is None else top_k,
+            temperature if top_p is None else top_p, temperature if min_p is None else min_p, thresholds,
+            rows, logits.stride(0), vocab_size, HAS_TOP_K=top_k is not None, HAS_TOP_P=top_p is not None,
+            HAS_MIN_P=min_p is not None, ROWS=per_program, BLOCK_V=block_v, ONE_TILE=vocab_size <= block_v,
+        )  # fmt: skip
+    return thresholds
+
+
 def apply_thresholds(logits: torch.Tensor, thresholds: torch.Tensor) -> torch.Tensor:
     """A copy of ``logits`` ``[R, V]`` with every entry below its row's threshold (and every NaN) set to
     ``-inf``: the filtered logits, ``softmax(them / T)`` the processed law ``p'``."""
@@ -1031,8 +1052,12 @@ def apply_thresholds(logits: torch.Tensor, thresholds: torch.Tensor) -> torch.Te
     if rows == 0 or vocab_size == 0:
         return out
     block_v = _launch_block_v(vocab_size, logits.device)
-    apply_threshold_kernel[(rows, -(-vocab_size // block_v))](
-        logits, thresholds.to(device=logits.device, dtype=torch.float32).contiguous(), out, logits.stride(0),
-        out.stride(0), vocab_size, BLOCK_V=block_v,
+    # A program a row on a GPU; under the interpreter, as many rows as a rows-plan tile holds.
+    per_row = 1
+    if logits.device.type == "cpu":
+        per_row = max(1, min(ROWS_TILE_ELEMENTS["cpu"] // block_v, int(triton.next_power_of_2(rows))))
+    apply_threshold_kernel[(-(-rows // per_row), -(-vocab_size // block_v))](
+        logits, thresholds.to(device=logits.device, dtype=torch.float32).contiguous(), out, rows,
+        logits.stride(0), out.stride(0), vocab_size, ROWS=per_row, BLOCK_V=block_v,
     )  # fmt: skip
     return out

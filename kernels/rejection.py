@@ -616,11 +616,12 @@ def rejection_sample(
         raise ValueError(
             f"method is {batch.method!r}; the kernels have a branch for {', '.join(KERNEL_METHODS)} only"
         )
-    batch = filter_batch(batch)
+    plan = launch_plan(batch.device, plan)
+    batch = filter_batch(batch, plan)
     if batch.max_num_drafts is None:
         # The one read of cu_num_drafts, checked whatever check_values says: it sizes the output.
         batch = dataclasses.replace(batch, max_num_drafts=batch.resolved_max_num_drafts())
-    if launch_plan(batch.device, plan) == "rows":
+    if plan == "rows":
         return _run_rows(batch)
     if batch.device.type != "cuda":
         return _compile_and_run(batch, make_plan(batch))[0]
@@ -637,14 +638,16 @@ def rejection_sample(
     return output
 
 
-def filter_batch(batch: SpecBatch) -> SpecBatch:
+def filter_batch(batch: SpecBatch, plan: str | None = None) -> SpecBatch:
     """``batch`` with its sampling parameters applied: target rows (and, with ``draft_filter``, draft
-    rows) masked to ``-inf`` below each row's threshold (`kernels.filters.filter_thresholds`), the
-    parameters then dropped; ``batch`` itself when it has none. No host synchronisation: rows are
-    mapped to their requests on the device, from shapes known on the host."""
+    rows) masked to ``-inf`` below each row's threshold (`kernels.filters.filter_thresholds`, in the
+    launch plan ``plan``, default `launch_plan`'s), the parameters then dropped; ``batch`` itself when
+    it has none. No host synchronisation: rows are mapped to their requests on the device, from
+    shapes known on the host."""
     if not batch.filtered:
         return dataclasses.replace(batch, draft_filter=False) if batch.draft_filter else batch
     device, num_requests = batch.device, batch.num_requests
+    plan = launch_plan(device, plan)
     counts = (batch.cu_num_drafts[1:] - batch.cu_num_drafts[:-1]).to(torch.int64)
     requests = torch.arange(num_requests, device=device)
 
@@ -657,7 +660,7 @@ def filter_batch(batch: SpecBatch) -> SpecBatch:
         params = {
             name: None if getattr(batch, name) is None else getattr(batch, name)[owner] for name in FILTERS
         }
-        thresholds = filter_thresholds(logits, temperature, **params, check_values=False)
+        thresholds = filter_thresholds(logits, temperature, **params, check_values=False, plan=plan)
         return apply_thresholds(logits, thresholds)
 
     rows = batch.target_logits.shape[0]

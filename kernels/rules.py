@@ -429,3 +429,56 @@ def final_mode(real, sampled, METHOD: tl.constexpr, HAS_DRAFT: tl.constexpr):
             mode = tl.where(real, SAMPLE_TARGET, SAMPLE_TARGET).to(tl.int64)
         mode = tl.where(sampled, mode, SAMPLE_NONE)
     return mode
+
+
+# ---------------------------------------------------------------------------------------------
+# Filtered verification (`reference.filters`): a row's kept set is ``{x : z_x >= t}``; the searches
+# compare int32 order keys of float32 values, whose integer order is the float order.
+
+# The largest finite float32: min-p's cut is clamped to -FLT_MAX before its conversion to float32.
+FLT_MAX = tl.constexpr(3.4028234663852886e38)
+POS_INF = tl.constexpr(float("inf"))
+# Bits that `order_key` flips in negative values (every bit but the sign).
+MAGNITUDE_BITS = tl.constexpr(0x7FFFFFFF)
+# Below every order key (the least, -inf's, is NEG_INF_KEY) and every bound and cut.
+NO_KEY = tl.constexpr(-(2**31))
+NEG_INF_KEY = tl.constexpr(-(2**31) + 2**23 - 1)
+
+
+@triton.jit
+def order_key(x):
+    """The int32 order key of float32 values ``x`` (no NaN): ``a < b`` iff ``key(a) < key(b)``, and
+    ``-0.0`` has the key of ``+0.0``."""
+    bits = tl.where(x == 0.0, 0.0, x).to(tl.int32, bitcast=True)
+    return tl.where(bits >= 0, bits, bits ^ MAGNITUDE_BITS)
+
+
+@triton.jit
+def key_value(key):
+    """The float32 value of an int32 order key (`order_key`'s inverse)."""
+    bits = tl.where(key >= 0, key, key ^ MAGNITUDE_BITS)
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def min_p_key(row_max, temperature, min_p):
+    """The order key of the smallest float32 logit that min-p keeps, ``(z - max) / T >= log(min_p)``.
+
+    The cut ``max + log(min_p) T`` is taken in float64 from ``log(min_p)`` in float32 and rounded up
+    to a float32, so the comparison costs one float32 rounding of ``log(min_p)``: within
+    `reference.filters.pivot_band` of the exact threshold."""
+    log_min_p = tl.log(tl.where(min_p > 0.0, min_p, 1.0)).to(tl.float64)
+    scale = tl.minimum(temperature, MAX_TEMPERATURE).to(tl.float64)
+    top = row_max.to(tl.float64)
+    # Within [-FLT_MAX, max]: the conversion to float32 cannot overflow, and min_p >= 1 keeps the max.
+    cut = tl.minimum(tl.maximum(top + log_min_p * scale, -FLT_MAX), top)
+    nearest = cut.to(tl.float32)
+    key = order_key(nearest)
+    return tl.where(nearest.to(tl.float64) < cut, key + 1, key)
+
+
+@triton.jit
+def filters_row(temperature, row_max):
+    """Whether a row can filter at all: greedy rows, rows without a finite logit and rows with ``+inf``
+    logits filter nothing."""
+    return (temperature > 0.0) & (row_max > NEG_INF) & (row_max < POS_INF)

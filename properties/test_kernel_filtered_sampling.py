@@ -1,7 +1,7 @@
 """The Triton sampler on filtered batches, on a GPU where there is one and under the interpreter
 otherwise: coupled with the walk (near pivots excused), every invariant kept, for every method, draft
-layout and draft_filter, unfiltered and greedy requests beside filtered ones. Small grids: a filtered
-row costs 0.2 to 0.5 s under the interpreter."""
+layout and draft_filter, unfiltered and greedy requests beside filtered ones, in both launch plans.
+Small grids: the split plan's filtered row costs 0.2 to 0.5 s under the interpreter."""
 
 from __future__ import annotations
 
@@ -68,14 +68,16 @@ def _batch(method: str, layout: str, draft_filter: bool, dtype: torch.dtype, see
     )
 
 
+@pytest.mark.parametrize("plan", ["split", "rows"])
 @pytest.mark.parametrize(("method", "layout", "draft_filter", "dtype"), CASES)
 def test_filtered_sampling_is_coupled_with_the_walk(
-    method: str, layout: str, draft_filter: bool, dtype: torch.dtype
+    method: str, layout: str, draft_filter: bool, dtype: torch.dtype, plan: str
 ) -> None:
     """Each request's output equals the walk's on the same streams (or differs first at a near tie)
-    and keeps every invariant, the emitted tokens inside their rows' kept sets."""
+    and keeps every invariant, the emitted tokens inside their rows' kept sets, in either launch plan
+    (the sampler's and the filters' alike)."""
     batch = _batch(method, layout, draft_filter, dtype, seed=len(method) + len(layout))
-    output = rejection_sample(batch)
+    output = rejection_sample(batch, plan=plan)
     found = agreement(batch, output)
     assert not found.unexplained, found.unexplained
     assert found.excused <= 1
@@ -88,6 +90,10 @@ def test_the_filter_masks_what_the_specification_drops() -> None:
     batch = _batch("probabilistic", "flat", True, torch.float32, seed=9)
     filtered = filter_batch(batch)
     assert not filtered.filtered and not filtered.draft_filter
+    split = filter_batch(batch, "split")
+    assert torch.equal(split.target_logits, filtered.target_logits)
+    assert split.draft_logits is not None and filtered.draft_logits is not None
+    assert torch.equal(split.draft_logits, filtered.draft_logits)
     rows = BatchRows.of(batch)
     counts = rows.counts.tolist()
     requests = np.repeat(np.arange(len(counts)), np.asarray(counts) + 1)

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import pathlib
+import subprocess
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -94,15 +97,27 @@ def _rows(
 
 
 def _thresholds(
-    rows: Rows, block_v: int | None = None, chunks: int | None = None, capacity: int | None = None
+    rows: Rows,
+    block_v: int | None = None,
+    chunks: int | None = None,
+    capacity: int | None = None,
+    plan: str = "split",
 ) -> npt.NDArray[np.float32]:
     temperature, top_k, top_p, min_p = rows.tensors()
     assert temperature is not None
     t = filter_thresholds(
-        rows.logits, temperature, top_k, top_p, min_p, block_v=block_v, chunks=chunks, capacity=capacity
-    )
+        rows.logits, temperature, top_k, top_p, min_p, block_v=block_v, chunks=chunks, capacity=capacity,
+        plan=plan,
+    )  # fmt: skip
     assert t.shape == (rows.logits.shape[0],) and t.dtype == torch.float32 and t.device == rows.logits.device
     return t.cpu().numpy()
+
+
+def _both_plans(rows: Rows, block_v: int | None = None) -> npt.NDArray[np.float32]:
+    """The thresholds of the split plan, which the rows plan's equal (cases without near pivots)."""
+    split = _thresholds(rows, block_v, plan="split")
+    np.testing.assert_array_equal(_thresholds(rows, block_v, plan="rows"), split)
+    return split
 
 
 def _cut_short(rows: Rows, passes: int, ways: int = WAYS, block_v: int = 64) -> npt.NDArray[np.float32]:
@@ -111,7 +126,7 @@ def _cut_short(rows: Rows, passes: int, ways: int = WAYS, block_v: int = 64) -> 
     assert temperature is not None
     t = filter_thresholds(
         rows.logits, temperature, top_k, top_p, min_p, block_v=block_v, capacity=0, search_passes=passes,
-        search_ways=ways,
+        search_ways=ways, plan="split",
     )  # fmt: skip
     return t.cpu().numpy()
 
@@ -220,9 +235,9 @@ def _row_logits(
 
 
 @st.composite
-def filtered_rows(draw: st.DrawFn) -> tuple[Rows, int | None, int | None, int | None]:
-    """A few rows over one vocabulary with a mix of filters, a tile width, a chunk count and a sort
-    capacity (``None``: the defaults)."""
+def filtered_rows(draw: st.DrawFn) -> tuple[Rows, int | None, int | None, int | None, str]:
+    """A few rows over one vocabulary with a mix of filters, a tile width, a chunk count, a sort
+    capacity (``None``: the defaults) and a launch plan (the rows plan takes a tile width alone)."""
     vocab_size = draw(st.one_of(st.sampled_from(VOCAB_SIZES), st.integers(1, 2000)))
     num_rows = draw(st.integers(1, 3))
     seed = draw(st.integers(0, 2**32 - 1))
@@ -260,19 +275,24 @@ def filtered_rows(draw: st.DrawFn) -> tuple[Rows, int | None, int | None, int | 
     # Searches that sort nothing, sort few tokens (the passes narrow first) or many (a GPU's 8,192
     # costs the interpreter about a minute a row).
     capacity = draw(st.sampled_from((None, 0, 1, 7, 64)))
-    return rows, block_v, chunks, capacity
+    plan = draw(st.sampled_from(("split", "rows")))
+    if plan == "rows":
+        chunks = capacity = None
+    return rows, block_v, chunks, capacity, plan
 
 
 @given(case=filtered_rows())
 def test_thresholds_keep_the_specification_kept_set(
-    case: tuple[Rows, int | None, int | None, int | None],
+    case: tuple[Rows, int | None, int | None, int | None, str],
 ) -> None:
     """The kernel's ``{z >= t}`` equals `reference.filters.kept_tokens` except near pivots and
-    negligible tokens, however many programs share a row; the max is kept; ``t`` is ``-inf`` or a
-    logit of its row; greedy rows, rows without a finite logit and rows with ``+inf`` logits keep
-    everything; whether the searches sort their last tokens or narrow to one key."""
-    rows, block_v, chunks, capacity = case
-    comparison = _check(rows, _thresholds(rows, block_v, chunks, capacity))
+    negligible tokens, in either launch plan, however many programs share a row; the max is kept;
+    ``t`` is ``-inf`` or a logit of its row; greedy rows, rows without a finite logit and rows with
+    ``+inf`` logits keep everything; whether the searches sort their last tokens, narrow to one key
+    or bisect (the rows plan)."""
+    rows, block_v, chunks, capacity, plan = case
+    event(f"plan: {plan}")
+    comparison = _check(rows, _thresholds(rows, block_v, chunks, capacity, plan))
     event(f"near-pivot differences: {min(comparison.near_differences, 1)}")
     event(f"negligible differences: {min(comparison.negligible_differences, 1)}")
 
@@ -282,7 +302,7 @@ def test_thresholds_keep_the_specification_kept_set(
 
 
 def _kept(rows: Rows, block_v: int | None = None) -> list[list[int]]:
-    thresholds = _thresholds(rows, block_v)
+    thresholds = _both_plans(rows, block_v)
     comparison = _check(rows, thresholds)
     assert (comparison.kernel == comparison.reference).all()
     return [np.nonzero(row)[0].tolist() for row in comparison.kernel]
@@ -323,7 +343,7 @@ def test_adjacent_float32_values_are_told_apart() -> None:
     logits = [[1.0, below_max, 0.5, above_least, -3.0]] * 3
     rows = _rows(logits, 1.0, top_k=[1, 0, 4], top_p=[1.0, 1e-6, 1.0])
     assert _kept(rows) == [[0], [0], [0, 1, 2, 3]]
-    np.testing.assert_array_equal(_thresholds(rows, 16), [1.0, 1.0, above_least])
+    np.testing.assert_array_equal(_both_plans(rows, 16), [1.0, 1.0, above_least])
 
 
 def test_a_kth_value_of_probability_zero_keeps_everything() -> None:
@@ -332,7 +352,7 @@ def test_a_kth_value_of_probability_zero_keeps_everything() -> None:
     logits = [[0.0, -1.0, -2.0, -3.0, -INF], [0.0, -1.0, -2.0, -3.0, -INF]]
     rows = _rows(logits, 1e-3, top_k=[3, 1])
     assert _kept(rows) == [[0, 1, 2, 3, 4], [0]]
-    np.testing.assert_array_equal(_thresholds(rows), [-INF, 0.0])
+    np.testing.assert_array_equal(_both_plans(rows), [-INF, 0.0])
 
 
 def test_float64_ties_distinct_logits_at_subnormal_probabilities() -> None:
@@ -341,7 +361,7 @@ def test_float64_ties_distinct_logits_at_subnormal_probabilities() -> None:
     difference is a negligible token's (it moves under ``2**-1022`` of mass), the only kind besides near
     pivots that the comparison allows."""
     rows = _rows([0.0, -0.7401, -0.740101, -2.0], 1e-3, top_k=2)
-    comparison = _check(rows, _thresholds(rows))
+    comparison = _check(rows, _both_plans(rows))
     assert comparison.kernel.tolist() == [[True, True, False, False]]
     assert comparison.reference.tolist() == [[True, True, True, False]]
     assert comparison.negligible_differences == 1 and comparison.near_differences == 0
@@ -359,11 +379,11 @@ def test_rows_that_filter_nothing_keep_everything() -> None:
     rows = _rows(
         logits, [0.0, 1.0, 1.0, 1.0], top_k=[1, 0, 1, 1], top_p=[0.5, 1.0, 0.5, 0.5], min_p=[0.5, 0, 0.5, 0.5]
     )
-    np.testing.assert_array_equal(_thresholds(rows), [-INF] * 4)
-    _check(rows, _thresholds(rows))
-    np.testing.assert_array_equal(_thresholds(_rows(logits, 1.0)), [-INF] * 4)
+    np.testing.assert_array_equal(_both_plans(rows), [-INF] * 4)
+    _check(rows, _both_plans(rows))
+    np.testing.assert_array_equal(_both_plans(_rows(logits, 1.0)), [-INF] * 4)
     # A row whose filters happen to keep every token.
-    np.testing.assert_array_equal(_thresholds(_rows([0.0, -1.0, -2.0], 1.0, top_k=3, min_p=1e-3)), [-INF])
+    np.testing.assert_array_equal(_both_plans(_rows([0.0, -1.0, -2.0], 1.0, top_k=3, min_p=1e-3)), [-INF])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -409,12 +429,26 @@ def test_every_search_width_finds_the_same_thresholds(ways: int) -> None:
 # Memory: rows are read within their vocabulary
 
 
-@pytest.mark.parametrize(("block_v", "chunks"), [(16, None), (16, 2), (16, 3), (64, None), (None, None)])
+@pytest.mark.parametrize(
+    ("block_v", "chunks", "plan"),
+    [
+        (16, None, "split"),
+        (16, 2, "split"),
+        (16, 3, "split"),
+        (64, None, "split"),
+        (None, None, "split"),
+        (16, None, "rows"),
+        (None, None, "rows"),
+    ],
+)
 @pytest.mark.parametrize("pad", [INF, 1e30, NAN, -INF])
-def test_rows_are_read_within_their_vocabulary(block_v: int | None, chunks: int | None, pad: float) -> None:
+def test_rows_are_read_within_their_vocabulary(
+    block_v: int | None, chunks: int | None, plan: str, pad: float
+) -> None:
     """Rows of a strided view whose padding holds ``pad``: the thresholds are those of a contiguous copy,
     and the padding is never kept, counted or summed (any read of it would change them), whether one
-    program or several (chunks of whole tiles, the last one short) read a row."""
+    program or several (chunks of whole tiles, the last one short) read a row, or a program reads
+    several rows (the rows plan, in one tile or several)."""
     rng = np.random.default_rng(7)
     vocab_size, stride = 37, 53
     storage = np.full((3, stride), pad)
@@ -426,8 +460,8 @@ def test_rows_are_read_within_their_vocabulary(block_v: int | None, chunks: int 
         view.cpu().numpy(), [1.0, 0.5, 2.0], top_k=[3, 0, 36], top_p=[1.0, 0.7, 0.95], min_p=[0.0, 0.01, 0.2]
     )
     as_view = Rows(view, copy.temperature, copy.top_k, copy.top_p, copy.min_p)
-    thresholds = _thresholds(as_view, block_v, chunks)
-    np.testing.assert_array_equal(thresholds, _thresholds(copy, block_v, chunks))
+    thresholds = _thresholds(as_view, block_v, chunks, plan=plan)
+    np.testing.assert_array_equal(thresholds, _thresholds(copy, block_v, chunks, plan=plan))
     _check(as_view, thresholds)
     assert (thresholds > -INF).all()
 
@@ -521,26 +555,92 @@ def test_bad_inputs_raise_naming_the_argument_and_value(case: str, message: str)
 
 def test_bad_tile_width_and_unchecked_values() -> None:
     """A tile width that is no power of two >= 16, a search width that is no power of two >= 2, no
-    pass, no chunk or a negative capacity is refused; with values unchecked, out-of-range parameters
-    still keep the max: ``k < 0`` is off, ``min_p >= 1`` and ``top_p <= 0`` keep its ties."""
+    pass, no chunk, a negative capacity or an unknown plan is refused, and so is an argument of the
+    split plan given to the rows plan; with values unchecked, out-of-range parameters still keep the
+    max in either plan: ``k < 0`` is off, ``min_p >= 1`` and ``top_p <= 0`` keep its ties."""
     logits = torch.tensor([[3.0, 1.0, 3.0, 2.0]] * 3, device=DEVICE)
     ones = torch.ones(3, device=DEVICE)
     refused = {
         r"block_v is 24; expected a power of two >= 16": {"block_v": 24},
-        r"search_ways is 12; expected a power of two >= 2": {"search_ways": 12},
-        r"search_passes is 0; expected an int >= 1": {"search_passes": 0},
-        r"capacity is -1; expected an int in \[0, 16384\]": {"capacity": -1},
-        r"chunks is 0; expected an int >= 1": {"chunks": 0},
+        r"search_ways is 12; expected a power of two >= 2": {"search_ways": 12, "plan": "split"},
+        r"search_passes is 0; expected an int >= 1": {"search_passes": 0, "plan": "split"},
+        r"capacity is -1; expected an int in \[0, 16384\]": {"capacity": -1, "plan": "split"},
+        r"chunks is 0; expected an int >= 1": {"chunks": 0, "plan": "split"},
+        r"plan is 'diagonal'; expected one of split, rows": {"plan": "diagonal"},
+        r"capacity is 8; it shapes the split plan, and the plan is 'rows'": {"capacity": 8, "plan": "rows"},
     }
     for message, bad in refused.items():
         with pytest.raises(ValueError, match=message):
-            filter_thresholds(logits, ones, **bad)  # type: ignore[arg-type]
-    t = filter_thresholds(
-        logits,
-        ones,
-        torch.tensor([-2, 0, 0], device=DEVICE),
-        torch.tensor([1.0, 1.0, 0.0], device=DEVICE),
-        torch.tensor([0.0, 1.5, 0.0], device=DEVICE),
-        check_values=False,
-    )
-    np.testing.assert_array_equal(t.cpu().numpy(), [-INF, 3.0, 3.0])
+            filter_thresholds(logits, ones, top_k=torch.ones(3, dtype=torch.int32, device=DEVICE), **bad)  # type: ignore[arg-type]
+    for plan in ("split", "rows"):
+        t = filter_thresholds(
+            logits,
+            ones,
+            torch.tensor([-2, 0, 0], device=DEVICE),
+            torch.tensor([1.0, 1.0, 0.0], device=DEVICE),
+            torch.tensor([0.0, 1.5, 0.0], device=DEVICE),
+            check_values=False,
+            plan=plan,
+        )
+        np.testing.assert_array_equal(t.cpu().numpy(), [-INF, 3.0, 3.0])
+
+
+# Compiles the rows plan's kernel and the masking kernel for sm_90 in a process of its own (this one
+# runs the interpreter, which neither type-checks nor compiles): `triton.compile` needs no GPU. Each
+# launch is intercepted and compiled with the argument types of a real call, the GPU's tile sizes.
+_COMPILE = """
+import torch
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from specsample.kernels import filters
+
+TYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.int32: "i32",
+         torch.int64: "i64"}
+filters.ROWS_TILE_ELEMENTS["cpu"], filters.ROWS_MAX_BLOCK_V["cpu"] = 2**10, 256
+
+
+class Compile:
+    def __init__(self, kernel):
+        self.kernel = kernel
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            values = {**dict(zip(self.kernel.arg_names, args)), **kwargs}
+            signature, constexprs = {}, {}
+            for index, name in enumerate(self.kernel.arg_names):
+                value = values[name]
+                if index in self.kernel.constexprs:
+                    signature[name], constexprs[(index,)] = "constexpr", value
+                elif isinstance(value, torch.Tensor):
+                    signature[name] = "*" + TYPES[value.dtype]
+                else:
+                    signature[name] = "i32" if -2**31 <= value < 2**31 else "i64"
+            source = ASTSource(fn=self.kernel, signature=signature, constexprs=constexprs)
+            compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+            assert "cubin" in compiled.asm, self.kernel.__name__
+            print(self.kernel.__name__, "compiled")
+        return launch
+
+
+filters.filter_rows_kernel = Compile(filters.filter_rows_kernel)
+filters.apply_threshold_kernel = Compile(filters.apply_threshold_kernel)
+ones = torch.ones(3)
+for vocab_size, dtype in [(200, torch.float32), (1000, torch.bfloat16)]:
+    logits = torch.zeros(3, vocab_size, dtype=dtype)
+    filters.filter_thresholds(logits, ones, torch.full((3,), 5, dtype=torch.int32), ones * 0.9, ones * 0.1,
+                              plan="rows", check_values=False)
+    filters.apply_thresholds(logits, ones)
+"""
+
+
+def test_the_rows_plan_and_the_masking_compile_for_the_gpu_without_one(tmp_path: pathlib.Path) -> None:
+    """The rows plan's kernel (its vocabulary in one tile and in several) and the masking kernel compile
+    to sm_90 cubins: the interpreter runs code a compiler refuses."""
+    environment = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_CACHE_DIR": str(tmp_path)}
+    result = subprocess.run(
+        [sys.executable, "-c", _COMPILE], env=environment, capture_output=True, text=True, timeout=600,
+        check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.count("compiled") == 4, result.stdout
