@@ -73,15 +73,23 @@ class CostModel:
 
 @dataclass(frozen=True)
 class Throughput:
-    """What a sampler costs per trial of every batch together, measured after its first (compiling) call,
-    and the trials per request that fit the budget (at most the ones wanted)."""
+    """What a sampler's call of every batch together costs, measured after its first (compiling) call:
+    a fixed part and a part per trial per request; and the trials per request that fit the budget (at
+    most the ones wanted). A sampler that pays per call rather than per element (a Triton kernel under
+    the CPU interpreter, whose launch takes whole rows at once) costs far less per trial at the
+    checks' thousands of trials than at the probe's tens."""
 
     seconds_per_trial: float
     trials: int
+    seconds_per_call: float = 0.0
 
     def seconds_for(self, trials: int) -> float:
         """About how long the checks' sampler calls take at ``trials`` per request."""
-        return CALLS_PER_CHECK_RUN * trials * self.seconds_per_trial
+        return CALLS_PER_CHECK_RUN * (self.seconds_per_call + trials * self.seconds_per_trial)
+
+    def per_trial(self, trials: int) -> float:
+        """Seconds per trial of every batch at ``trials`` per request, the fixed part shared."""
+        return self.seconds_per_trial + self.seconds_per_call / max(trials, 1)
 
 
 # Each run of the checks draws the shared trials once, and each check's own trials beyond them
@@ -89,6 +97,11 @@ class Throughput:
 CALLS_PER_CHECK_RUN = 1.0 + sum(c.trial_calls for c in CHECKS.values())
 # `affordable_samples` times its probe this many times and keeps the fastest.
 PROBE_REPEATS = 2
+# Where fewer trials than wanted would fit at the probe's cost per trial, a second probe this many
+# times larger separates the fixed part of a call from the part per trial, if it costs at most
+# SECOND_PROBE_SHARE of the budget at the first probe's rate.
+SECOND_PROBE_FACTOR = 4
+SECOND_PROBE_SHARE = 0.1
 
 
 def affordable_samples(
@@ -106,10 +119,13 @@ def affordable_samples(
     Each batch is called once untimed (the first call compiles), then the cost is measured with one
     call of ``min(wanted, probe_trials)`` trials of each batch, the size the checks' calls come in,
     twice: the faster of the two counts, so that a stall of the machine during one (on a shared
-    2-core runner, a second of timing is easily cut by a third) does not cut the trials. A fast
-    sampler gets ``wanted``; a slow one (a Triton kernel under the CPU interpreter with one program
-    per row) gets fewer trials, never fewer than ``floor``. A batch the sampler raises on is left out
-    of the measure (the checks report the error).
+    2-core runner, a second of timing is easily cut by a third) does not cut the trials. Where that
+    cost per trial would afford fewer trials than wanted, one more call of `SECOND_PROBE_FACTOR`
+    times the trials (if it costs at most `SECOND_PROBE_SHARE` of ``seconds``) separates a call's
+    fixed cost from its cost per trial, and the trials are sized from both. A fast sampler gets
+    ``wanted``; a slow one (a Python sampler, or a Triton kernel under the CPU interpreter on large
+    rows) gets fewer trials, never fewer than ``floor``. A batch the sampler raises on is left out of
+    the measure (the checks report the error).
     """
     trials = max(1, min(wanted, probe_trials))
     name = getattr(variant, "name", type(variant).__name__)
@@ -128,19 +144,38 @@ def affordable_samples(
                 continue
             usable.append(batch)
         bar.update(len(batches) - len(usable))
-        times = []
-        for _ in range(PROBE_REPEATS):
+
+        def timed(count: int) -> float:
             start = time.monotonic()
             for batch in usable:
-                index = np.repeat(np.arange(batch.num_requests), trials)
+                index = np.repeat(np.arange(batch.num_requests), count)
                 variant(select_requests(on_device(batch, device), index, seed=np.arange(index.size)))
                 bar.update()
             if device.startswith("cuda"):
                 import torch
 
                 torch.cuda.synchronize()
-            times.append(time.monotonic() - start)
             bar.update(len(batches) - len(usable))
-        per_trial = min(times) / trials
-    affordable = int(seconds / max(CALLS_PER_CHECK_RUN * per_trial, 1e-9))
-    return Throughput(per_trial, max(min(floor, wanted), min(wanted, affordable)))
+            return time.monotonic() - start
+
+        first = min(timed(trials) for _ in range(PROBE_REPEATS))
+        throughput = Throughput(first / trials, 0)
+        larger = min(wanted, SECOND_PROBE_FACTOR * trials)
+        affordable_second = larger * throughput.seconds_per_trial <= SECOND_PROBE_SHARE * seconds
+        if _affordable(throughput, seconds) < wanted and larger > trials and affordable_second:
+            # (The bar, sized for the first probe, stays full.)
+            second = timed(larger)
+            per_trial = min(first / trials, max(0.0, (second - first) / (larger - trials)))
+            throughput = Throughput(per_trial, 0, max(0.0, first - per_trial * trials))
+    affordable = _affordable(throughput, seconds)
+    return Throughput(
+        throughput.seconds_per_trial,
+        max(min(floor, wanted), min(wanted, affordable)),
+        throughput.seconds_per_call,
+    )
+
+
+def _affordable(throughput: Throughput, seconds: float) -> int:
+    """The most trials per request whose checks' calls take at most ``seconds`` at ``throughput``."""
+    spare = seconds / CALLS_PER_CHECK_RUN - throughput.seconds_per_call
+    return max(0, int(spare / max(throughput.seconds_per_trial, 1e-12)))

@@ -122,7 +122,7 @@ class VariantReport:
         return (
             f"{self.required_samples} trials per request and case (it ran {self.num_samples}): about "
             f"{seconds:.0f} s of sampler time over the targeted cases at the measured "
-            f"{self.throughput.seconds_per_trial * 1e3:.3g} ms per trial of every case; give "
+            f"{self.throughput.per_trial(self.required_samples) * 1e3:.3g} ms per trial of every case; give "
             f"`--check-budget {seconds * 1.1:.0f}`, or run on a GPU"
         )
 
@@ -276,8 +276,8 @@ def markdown(
             continue
         lines += [
             f"{report.num_samples} trials per request and case (the profile asks {report.required_samples}; "
-            f"{report.throughput.seconds_per_trial * 1e3:.3g} ms per trial of every case, measured after "
-            "the first call).",
+            f"{report.throughput.per_trial(report.num_samples) * 1e3:.3g} ms per trial of every case, "
+            "measured after the first call).",
             "",
             "| check | verdict | cases | trials | min p-value | detectable | unit | samples | seconds |",
             "|---|---|---|---|---|---|---|---|---|",
@@ -393,7 +393,8 @@ def certify(
                 "status": r.status,
                 "num_samples": r.num_samples,
                 "required_samples": r.required_samples,
-                "seconds_per_trial": r.throughput.seconds_per_trial,
+                "seconds_per_trial": r.throughput.per_trial(r.num_samples),
+                "seconds_per_call": r.throughput.seconds_per_call,
                 "not_checked": r.not_checked,
                 "methods": list(r.methods),
                 "interrupted": r.interrupted,

@@ -187,7 +187,7 @@ class _State:
         `FIRST_SCREEN_TRIALS` trials per request timed twice), so that a slow sampler's first test is
         sized for its share rather than run blind.
         """
-        from specsample.fuzz.budget import CALLS_PER_CHECK_RUN, FIRST_SCREEN_TRIALS, affordable_samples
+        from specsample.fuzz.budget import FIRST_SCREEN_TRIALS, affordable_samples
 
         if self.budget is None:
             return wanted
@@ -196,8 +196,7 @@ class _State:
             probe = affordable_samples(
                 self.variant, [batch], wanted, seconds, _device(), probe_trials=probe_trials
             )
-            seconds_per_run = CALLS_PER_CHECK_RUN * probe_trials * probe.seconds_per_trial
-            self.cost.record(seconds_per_run, probe_trials, batch)
+            self.cost.record(probe.seconds_for(probe_trials), probe_trials, batch)
         return int(self.cost.trials_within(seconds, batch, wanted))
 
     def record(self, name: str, seconds: float, trials: int, batch: Any) -> None:
