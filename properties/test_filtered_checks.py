@@ -185,3 +185,56 @@ def test_a_token_outside_the_kept_set_is_explained() -> None:
         logits, 1.0, FilterParams(np.zeros(1, dtype=np.int64), np.ones(1), np.full(1, 0.5)), 2
     )
     assert "min-p 0.5 drops it" in m_note
+
+
+class _LowerWalk(WalkSampler):
+    """The walk on the kept sets without their near pivots: a sampler whose rounding drops them."""
+
+    name = "lower-walk"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pivots = "lower"
+
+
+def _heavy_near_pivot_request(seed: int) -> RequestData:
+    """Two top tokens one float32 ulp apart at ``z = 1e4``, ``T = 1e4``: top-k 2 keeps both and top-p
+    0.29 keeps the first alone, but the second lies within 4 ulps of it (in log-probability scaled
+    by the row's largest ``|z / T|``), a near pivot carrying half the kept mass. The torch sampler's
+    float32 top-p drops it; a sampler whose rounding ties them keeps it; both are correct."""
+    logits = np.full((2, 48), 9000.0)
+    logits[:, 5] = 10000.0
+    logits[:, 44] = float(np.nextafter(np.float32(10000.0), np.float32(0.0)))
+    return RequestData(logits, [34], temperature=1e4, seed=seed, top_k=2, top_p=0.29)
+
+
+def test_a_request_whose_kept_set_rounding_decides_is_left_out_of_the_statistics() -> None:
+    """A request whose near pivots carry half its law (found by certify's search on the torch sampler,
+    strict, ``T = 1e4``): its laws with and without them are both correct, so the statistical checks
+    leave it out, and neither sampler fails; a request beside it is still tested, and a sampler that
+    drops every filter is still caught on it."""
+    ambiguous = make_batch([_heavy_near_pivot_request(1)], method="strict")
+    for sampler in (WalkSampler(), _LowerWalk()):
+        verdicts = run_checks(sampler, ambiguous, num_samples=800, seed=3)
+        statistical = [v for v in verdicts if v.check in ("law_of_m", "law_of_y", "marginal", "steps")]
+        assert statistical and all(v.status == "inconclusive" for v in statistical), [
+            v.message for v in statistical
+        ]
+        assert all("1 left out: float32 rounding decides" in v.message for v in statistical)
+        assert all(v.status != "fail" for v in verdicts), [v.message for v in verdicts if v.failed]
+    # Beside an ordinary request, that one is still tested, and a sampler ignoring the filters fails it.
+    ordinary_logits = np.full((2, 48), -np.inf)
+    ordinary_logits[:, :4] = np.log([[0.5, 0.3, 0.1, 0.1], [0.4, 0.4, 0.1, 0.1]])
+    ordinary = RequestData(ordinary_logits, [1], seed=9, top_k=2)
+    mixed = make_batch([_heavy_near_pivot_request(1), ordinary], method="strict")
+    verdict = run_checks(_LowerWalk(), mixed, num_samples=800, seed=3, checks=["law_of_y"])[0]
+    assert verdict.status == "pass" and "1 left out" in verdict.message, verdict.message
+
+    class Unfiltered(WalkSampler):
+        name = "unfiltered"
+
+        def read(self, batch: object) -> BatchRows:
+            return dataclasses.replace(super().read(batch), filters=None)  # type: ignore[arg-type]
+
+    failed = run_checks(Unfiltered(), mixed, num_samples=800, seed=3, checks=["law_of_y"])[0]
+    assert failed.status == "fail" and failed.request == 1, failed.message

@@ -38,7 +38,10 @@ def components(
     ``batch`` in ``arithmetic``, or the one a `CheckedBatch` holds)."""
     tests: list[Component] = []
     cells: list[tuple[int, float]] = []
-    for b, law in enumerate(CheckedBatch.of(batch, arithmetic).laws):
+    checked = CheckedBatch.of(batch, arithmetic)
+    for b, law in enumerate(checked.laws):
+        if checked.ambiguous[b]:
+            continue
         _, emitted = trials.request_rows(b)
         n = law.accept_probs.shape[0]
         m = emitted - 1

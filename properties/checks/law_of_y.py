@@ -72,6 +72,8 @@ def components(
     tests: list[Component] = []
     joints = []
     for b, law in enumerate(checked.laws):
+        if checked.ambiguous[b]:
+            continue
         tokens, emitted = trials.request_rows(b)
         n = law.accept_probs.shape[0]
         m = emitted - 1

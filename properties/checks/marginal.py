@@ -121,6 +121,8 @@ def components(
     tests: list[Component] = []
     first_rows = []
     for b, law in enumerate(checked.laws):
+        if checked.ambiguous[b]:
+            continue
         tokens, emitted = trials.request_rows(b)
         n = law.accept_probs.shape[0]
         emitted = np.clip(emitted, 0, n + 1)

@@ -226,7 +226,7 @@ def components(
     joint_coarse: list[Coarse] = []
     for b, law in enumerate(checked.laws):
         n = law.accept_probs.shape[0]
-        if (n + 1) * vocab_size == 1:
+        if (n + 1) * vocab_size == 1 or checked.ambiguous[b]:
             continue  # one possible outcome: nothing to get wrong
         first, second = (_outcomes(t, b, vocab_size, n + 1) for t in (trials, trials.partner))
         coarse = Coarse.of(law.joint_probs(), num_pairs)
