@@ -690,19 +690,16 @@ def filter_batch(batch: SpecBatch, plan: str | None = None) -> SpecBatch:
     )
 
 
-# Whether the sampler declares the sampling parameters (`TritonRejectionSampler`): "1" or "0"; unset,
-# it declares them where its kernels run on a GPU, and not under the interpreter, where a filtered row
-# costs 0.05 to 0.5 s (too slow for the CPU suite's statistical checks as they are sized).
+# Whether the sampler declares the sampling parameters (`TritonRejectionSampler`): unset or anything but
+# "0", it declares every one, on a GPU and under the interpreter alike (whose filters take a block of
+# rows a program, `kernels.filter_rows_kernels`); "0" declares none, so the harness sends none.
 FILTERS_ENV = "SPECSAMPLE_FILTERS"
 
 
 def declares_filters() -> bool:
-    """Whether a `TritonRejectionSampler` declares its filters by default: as `FILTERS_ENV` says, else
-    where the kernels are compiled for a GPU (``TRITON_INTERPRET`` unset or ``0``)."""
-    asked = os.environ.get(FILTERS_ENV)
-    if asked is not None:
-        return asked != "0"
-    return os.environ.get("TRITON_INTERPRET", "0") in ("", "0")
+    """Whether a `TritonRejectionSampler` declares its filters by default: unless `FILTERS_ENV` is
+    ``0``."""
+    return os.environ.get(FILTERS_ENV) != "0"
 
 
 class TritonRejectionSampler:
@@ -711,9 +708,9 @@ class TritonRejectionSampler:
     Args:
         check_values: passed to `rejection_sample` (default: on for CPU tensors or when the
             ``SPECSAMPLE_CHECK_VALUES`` environment variable asks).
-        filters: the sampling parameters its capabilities declare (default: every one on a GPU,
-            none under the interpreter; ``SPECSAMPLE_FILTERS=1`` or ``0`` decides instead). The
-            kernels apply them whatever is declared; the declaration says what the harness sends it.
+        filters: the sampling parameters its capabilities declare (default: every one, none where
+            ``SPECSAMPLE_FILTERS=0``). The kernels apply them whatever is declared; the declaration
+            says what the harness sends it.
     """
 
     name = "triton"
