@@ -286,7 +286,8 @@ def batch_fingerprint(batch: SpecBatch) -> str:
         value = getattr(batch, name)
         if isinstance(value, torch.Tensor):
             digest.update(f"{name}{value.dtype}{tuple(value.shape)}".encode())
-            digest.update(value.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+            if value.numel():  # (an empty tensor may carry a stride of 0, which no view takes)
+                digest.update(value.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
         else:
             digest.update(f"{name}={value!r}".encode())
     return digest.hexdigest()

@@ -14,7 +14,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specsample.properties.profiles import Profile
-from specsample.properties.strategies import DEGENERATE_ROWS, DRAFT_KINDS, DTYPES, FAMILIES, FILTER_MIXES
+from specsample.properties.strategies import (
+    DEGENERATE_ROWS,
+    DRAFT_KINDS,
+    DTYPES,
+    FAMILIES,
+    FILTER_MIXES,
+    TREE_SHAPES,
+)
 from specsample.reference.contract import METHODS, Capabilities
 from specsample.reference.filters import FILTERS
 
@@ -91,6 +98,8 @@ class Coverage:
             possible["degenerate draft rows"] = ["none", *DEGENERATE_ROWS]
         if any(name in caps.filters for name in FILTERS):
             possible["sampling parameters"] = list(FILTER_MIXES)
+        if "tree" in possible["methods"]:
+            possible["tree shapes"] = list(TREE_SHAPES)
         bucketers: dict[str, Callable[[Any], str]] = {
             "vocabulary": lambda v: _bucket(v, vocab),
             "vocabulary at a block edge": str,
@@ -117,6 +126,7 @@ class Coverage:
             "placeholders": ["some" if description["placeholders"] else "none"],
             "degenerate draft rows": [r.get("degenerate rows", "none") for r in requests],
             "sampling parameters": [r.get("filters", "off") for r in requests],
+            "tree shapes": [r["tree"] for r in requests if r.get("tree") is not None],
         }
         for dimension, items in values.items():
             if dimension not in self.possible:

@@ -38,7 +38,7 @@ _TENSOR_FIELDS = (
     "draft_slot",
 )
 # Fields written only when the batch has them: older reproducers replay as they were.
-_OPTIONAL_TENSOR_FIELDS = ("top_k", "top_p", "min_p")
+_OPTIONAL_TENSOR_FIELDS = ("top_k", "top_p", "min_p", "tree_parent")
 
 
 def encode_tensor(tensor: torch.Tensor | None) -> dict[str, Any] | None:

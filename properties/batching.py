@@ -68,6 +68,8 @@ def select_requests(
     if draft_slot is not None:
         draft_slot = gather(draft_slot, index)
     ids = gather(batch.draft_token_ids, draft_rows) if draft_token_ids is None else draft_token_ids.to(device)
+    # A tree's parents are indices within its request: they travel with its drafts unchanged.
+    parents = None if batch.tree_parent is None else gather(batch.tree_parent, draft_rows)
     if ids.shape[0] != int(new_cu[-1]):
         raise ValueError(f"draft_token_ids has {ids.shape[0]} entries; expected {int(new_cu[-1])}")
 
@@ -92,6 +94,7 @@ def select_requests(
         step=per_request(step, batch.step),
         draft_slot=draft_slot,
         max_num_drafts=int(new_counts.max()) if new_counts.size else 0,
+        tree_parent=parents,
         **{
             name: None if getattr(batch, name) is None else gather(getattr(batch, name), index)
             for name in FILTERS
@@ -141,6 +144,9 @@ def concatenate(batches: Sequence[SpecBatch]) -> SpecBatch:
         step=torch.cat([b.step for b in batches]),
         draft_slot=draft_slot,
         max_num_drafts=max(b.resolved_max_num_drafts() for b in batches),
+        tree_parent=None
+        if first.tree_parent is None
+        else torch.cat([b.tree_parent for b in batches if b.tree_parent is not None]),
         **{name: _joined_parameter(batches, name) for name in FILTERS},
     )
 
@@ -192,9 +198,11 @@ def roll_vocab(batch: SpecBatch, shift: int) -> SpecBatch:
 
 
 def pad_output(outputs: Sequence[SpecOutput], width: int) -> SpecOutput:
-    """Stack per-chunk outputs on the CPU, padding rows to ``width`` with ``-1`` (and NaN)."""
-    token_ids, logprobs, emitted = [], [], []
+    """Stack per-chunk outputs on the CPU, padding rows to ``width`` with ``-1`` (and NaN; accepted
+    nodes to ``width - 1``)."""
+    token_ids, logprobs, emitted, nodes = [], [], [], []
     has_logprobs = all(o.logprobs is not None for o in outputs)
+    has_nodes = all(o.accepted_nodes is not None for o in outputs)
     for o in outputs:
         tokens = o.token_ids.detach().cpu()
         pad = width - tokens.shape[1]
@@ -203,10 +211,15 @@ def pad_output(outputs: Sequence[SpecOutput], width: int) -> SpecOutput:
         if has_logprobs:
             assert o.logprobs is not None
             logprobs.append(torch.nn.functional.pad(o.logprobs.detach().cpu(), (0, pad), value=float("nan")))
+        if has_nodes:
+            assert o.accepted_nodes is not None
+            accepted = o.accepted_nodes.detach().cpu()
+            nodes.append(torch.nn.functional.pad(accepted, (0, width - 1 - accepted.shape[1]), value=-1))
     return SpecOutput(
         token_ids=torch.cat(token_ids),
         num_emitted=torch.cat(emitted),
         logprobs=torch.cat(logprobs) if has_logprobs else None,
+        accepted_nodes=torch.cat(nodes) if has_nodes else None,
     )
 
 

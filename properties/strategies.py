@@ -65,6 +65,9 @@ DEGENERATE_ROWS = ("one-hot", "beyond range", "equal")
 BEYOND_RANGE = (-1e30, -3e38)
 # Sampling-parameter mixes a filtering request draws (`filter_settings`).
 FILTER_MIXES = ("off", "mild", "extreme", "near pivot")
+# Tree shapes (`tree_parents`) and the sibling count past which a fixed-size sibling table overflows.
+TREE_SHAPES = ("chain", "star", "bushy", "deep", "wide")
+WIDE_SIBLINGS = 33
 # Temperatures: greedy, tiny (logits / T overflow float32), cold, 1, hot, huge (nearly uniform).
 TEMPERATURES = (0.0, 1e-30, 1e-3, 0.5, 1.0, 2.0, 50.0, 1e4)
 
@@ -258,6 +261,62 @@ def choose_drafts(
     return np.where(odd, vocab + rng.integers(0, 3, n), ids).astype(np.int64)
 
 
+def tree_parents(rng: np.random.Generator, shape: str, num_nodes: int) -> list[int]:
+    """The parents of a tree of ``num_nodes`` draft nodes (``-1``: the root), each before its children.
+
+    Shapes: ``chain`` (each node the child of the one before: strict verification's law, so a tree
+    verified as a chain passes only there), ``star`` (every node a child of the root: the most
+    siblings, where a tree verified as a chain and a residual built from the wrong law differ most),
+    ``bushy`` (each node's parent one of the few nodes before it, EAGLE-2's shape), ``deep`` (a chain
+    with leaves hanging off it: deep paths where an ancestor walk reads past its request),
+    ``wide`` (a star of at least `WIDE_SIBLINGS` children, past a 32-entry table).
+    """
+    if shape == "chain":
+        return list(range(-1, num_nodes - 1))
+    if shape == "star":
+        return [-1] * num_nodes
+    if shape == "bushy":
+        return [int(rng.integers(max(-1, node - 4), node)) for node in range(num_nodes)]
+    if shape == "deep":
+        spine, parents = -1, []
+        for node in range(num_nodes):
+            parents.append(spine)
+            if rng.random() < 0.6:
+                spine = node
+        return parents
+    if shape == "wide":
+        return [-1] * num_nodes
+    raise ValueError(f"shape is {shape!r}; expected one of {', '.join(TREE_SHAPES)}")
+
+
+def tree_drafts(
+    rng: np.random.Generator, parents: Sequence[int], target: F64Array, ids: npt.NDArray[np.int64]
+) -> npt.NDArray[np.int64]:
+    """The draft tokens of a tree: ``ids`` (a chain request's choice, placeholders included) with about
+    half the nodes' tokens drawn from their parent's target row (so the walk accepts them often and
+    goes deep), and some nodes given a sibling's token (a repeated token: only its first sibling is
+    ever accepted, where a sampler that adds each copy's probability over-accepts). In a third of the
+    requests each node's children then hold their tokens likeliest last, where a sampler that reads a
+    fixed number of siblings, or the first child only, loses the most."""
+    ids = ids.copy()
+    vocab = target.shape[1]
+    for node, parent in enumerate(parents):
+        if ids[node] < 0 or ids[node] >= vocab:
+            continue  # a placeholder stays one
+        row = target[parent + 1]
+        if rng.random() < 0.5 and np.isfinite(row).any():
+            ids[node] = int(rng.choice(vocab, p=row_probs(row, 1.0)))
+        siblings = [s for s in range(node) if parents[s] == parent and 0 <= ids[s] < vocab]
+        if siblings and rng.random() < 0.15:
+            ids[node] = ids[int(rng.choice(siblings))]
+    if rng.random() < 1 / 3:
+        for parent in set(parents):
+            kids = [node for node, p in enumerate(parents) if p == parent and 0 <= ids[node] < vocab]
+            mass = row_probs(target[parent + 1], 1.0)[ids[kids]]
+            ids[kids] = ids[kids][np.argsort(mass, kind="stable")]
+    return ids
+
+
 def degenerate_rows(
     rng: np.random.Generator, kind: str, target: F64Array, draft: F64Array, ids: npt.NDArray[np.int64]
 ) -> tuple[F64Array, F64Array, npt.NDArray[np.int64]]:
@@ -406,9 +465,15 @@ def spec_batches(
     at the draft, a gap beyond the float range, a row equal to its target row: `degenerate_rows`):
     about two batches in five with draft logits hold one beside an ordinary row of its request.
 
+    A tree batch (method ``"tree"``) gives each request a tree of a shape (`tree_parents`: chains,
+    stars, bushy and deep trees, and stars of more than 32 siblings) and drafts from its parents'
+    rows, some repeated among siblings (`tree_drafts`); its requests are ragged too (no drafts
+    beside trees).
+
     Exposes: per-request parameters read from the wrong request (M15 slots, M18 seeds), ragged
     offsets (M11), greedy rows on the sampling path (M14), placeholders accepted (M20), fast paths
-    for degenerate draft rows taken wrongly (M32), and every family's bugs (see `family_logits`).
+    for degenerate draft rows taken wrongly (M32), every family's bugs (see `family_logits`), and
+    the tree bugs (M41-M46: `tree_parents`, `tree_drafts`).
 
     Args:
         methods, families, dtypes, draft_kinds: what to draw from (``draft_kinds`` a subset of
@@ -445,9 +510,15 @@ def spec_batches(
     filtering = bool(taken) and draw(st.booleans())
     draft_filter = filtering and kind != "one-hot" and "draft_filter" in caps.filters and draw(st.booleans())
     temperature_choices = temperatures() if greedy else temperatures().filter(lambda t: t > 0)
+    is_tree = METHOD_TABLE[method].verifies_tree
     requests, described = [], []
-    for _ in range(num_requests):
-        n = draw(st.integers(0, drafts_cap))
+    for index in range(num_requests):
+        # One request a batch at most holds a wide star (tens of rows): the others keep batches cheap.
+        shapes = TREE_SHAPES if index == 0 else tuple(s for s in TREE_SHAPES if s != "wide")
+        shape = draw(st.sampled_from(shapes)) if is_tree else None
+        n = draw(
+            st.integers(WIDE_SIBLINGS, WIDE_SIBLINGS + 4) if shape == "wide" else st.integers(0, drafts_cap)
+        )
         family = draw(st.sampled_from(list(families)))
         temperature = draw(temperature_choices)
         temperature = 0.0 if temperature < caps.greedy_below else temperature
@@ -473,6 +544,10 @@ def spec_batches(
         if kind != "one-hot" and draw(st.booleans()):
             degenerate = draw(st.sampled_from(DEGENERATE_ROWS))
         target, draft, ids = degenerate_rows(rng, degenerate, target, draft, ids)
+        parents = None
+        if shape is not None:
+            parents = tree_parents(rng, shape, n)
+            ids = tree_drafts(rng, parents, target, ids)
         if not caps.out_of_range_ids:
             ids = np.where(ids >= vocab_size, -1, ids)
         described.append(
@@ -482,6 +557,7 @@ def spec_batches(
                 "num_drafts": n,
                 "degenerate rows": degenerate,
                 "filters": mix,
+                "tree": shape,
             }
         )
         requests.append(
@@ -492,6 +568,7 @@ def spec_batches(
                 temperature=temperature,
                 seed=draw(seeds()),
                 step=draw(steps()),
+                tree_parent=parents,
                 **settings,
             )
         )

@@ -19,6 +19,7 @@ from specsample.reference.contract import (
     odd_values,
     split_output,
 )
+from specsample.reference.methods import METHODS as METHOD_TABLE
 from specsample.reference.sampler import ReferenceSampler
 
 
@@ -197,5 +198,10 @@ def test_kernel_samplers_refuse_a_method_they_have_no_branch_for(
         step=0,
     )
     for method in missing:
+        # A tree batch needs its parents (a chain of the two drafts).
+        parents = [-1, 0] if METHOD_TABLE[method].verifies_tree else None
+        batch = make_batch(
+            [dataclasses.replace(request, tree_parent=parents)], method=method, synthetic_rates=[0.5, 0.5]
+        )
         with pytest.raises(ValueError, match=f"method is {method!r}"):
-            sampler(make_batch([request], method=method, synthetic_rates=[0.5, 0.5]))
+            sampler(batch)

@@ -26,6 +26,9 @@ def _batch(method: str) -> SpecBatch:
         RequestData(rng.normal(size=(3, vocab_size)), [4, -1], rng.normal(size=(2, vocab_size)), 0.7, step=5),
         RequestData(rng.normal(size=(2, vocab_size)), [0], rng.normal(size=(1, vocab_size)), 0.0),
     ]
+    if method == "tree":  # a bushy tree, a star of two, a lone node
+        shapes = ([-1, -1, 0], [-1, -1], [-1])
+        requests = [dataclasses.replace(r, tree_parent=p) for r, p in zip(requests, shapes, strict=True)]
     return make_batch(requests, method=method, synthetic_rates=[0.8, 0.5, 0.4])  # type: ignore[arg-type]
 
 

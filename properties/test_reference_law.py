@@ -32,7 +32,8 @@ def _logits(rng: np.random.Generator, shape: tuple[int, ...], family: str) -> np
 
 @st.composite
 def request_batches(draw: st.DrawFn) -> tuple[str, list[RequestData], bool]:
-    """Small batches over every method, family, temperature (greedy included) and placeholder."""
+    """Small batches over every method (trees of random shape), family, temperature (greedy included)
+    and placeholder."""
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     method = draw(st.sampled_from(METHODS))
     vocab_size = draw(st.integers(1, 9))
@@ -42,12 +43,14 @@ def request_batches(draw: st.DrawFn) -> tuple[str, list[RequestData], bool]:
         n = draw(st.integers(0, 4))
         family = draw(st.sampled_from(["normal", "peaked", "masked", "tied"]))
         ids = rng.integers(-1, vocab_size, size=n)
+        parents = [int(rng.integers(-1, i)) for i in range(n)] if method == "tree" else None
         requests.append(
             RequestData(
                 target_logits=_logits(rng, (n + 1, vocab_size), family),
                 draft_token_ids=ids,
                 draft_logits=None if one_hot else _logits(rng, (n, vocab_size), family),
                 temperature=draw(st.sampled_from([0.0, 1e-3, 0.7, 1.0, 25.0])),
+                tree_parent=parents,
             )
         )
     return method, requests, one_hot

@@ -115,20 +115,27 @@ def test_spec_batches_build_on_the_requested_device(batch: SpecBatch) -> None:
 
 
 def test_every_method_is_drawn_and_only_inside_the_capabilities() -> None:
-    """Among 200 derandomized draws every method of the table appears, block verification among them;
-    a sampler that declares no block method never gets a block batch."""
+    """Among 200 derandomized draws every method of the table appears for a sampler that declares them
+    all (block and tree verification among them), every chain method by default (no tree); a sampler
+    that declares no block method never gets a block batch."""
     from specsample.reference.contract import Capabilities
-    from specsample.reference.methods import METHODS
+    from specsample.reference.methods import CHAIN_METHODS, METHODS
 
-    seen: set[str] = set()
+    every = Capabilities(methods=tuple(METHODS))
+    for capabilities, expected in ((every, set(METHODS)), (None, set(CHAIN_METHODS))):
+        seen: set[str] = set()
 
-    @settings(max_examples=200, database=None, derandomize=True)
-    @given(strategies.spec_batches(profile="ci", max_requests=1, max_drafts=1, max_vocab=8))
-    def draw(batch: SpecBatch) -> None:
-        seen.add(batch.method)
+        @settings(max_examples=200, database=None, derandomize=True)
+        @given(
+            strategies.spec_batches(
+                profile="ci", max_requests=1, max_drafts=1, max_vocab=8, capabilities=capabilities
+            )
+        )
+        def draw(batch: SpecBatch) -> None:
+            seen.add(batch.method)  # noqa: B023 (each loop's own set, drawn before the next)
 
-    draw()
-    assert seen == set(METHODS)
+        draw()
+        assert seen == expected
     without = Capabilities(methods=("strict", "probabilistic", "synthetic"))
 
     @settings(max_examples=100, database=None, derandomize=True)

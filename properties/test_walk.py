@@ -61,6 +61,7 @@ def test_near_ties_are_rare_on_ordinary_batches(method: str) -> None:
             temperature=float(rng.choice([0.0, 0.7, 1.0])),
             seed=int(rng.integers(0, 2**62)),
             step=b,
+            tree_parent=[-1, -1, 0] if method == "tree" else None,
         )
         for b in range(600)
     ]
@@ -140,7 +141,12 @@ def test_walk_equals_reference_sample_across_blocks(method: str) -> None:
         target = rng.normal(size=(3, vocab_size)) * 0.5
         draft = target[:2] + rng.normal(size=(2, vocab_size))
         ids = [int(np.argmax(row)) for row in draft]
-        requests.append(RequestData(target, ids, draft, 1.0, seed=int(rng.integers(0, 2**62)), step=b))
+        parents = [-1, 0] if method == "tree" else None
+        requests.append(
+            RequestData(
+                target, ids, draft, 1.0, seed=int(rng.integers(0, 2**62)), step=b, tree_parent=parents
+            )
+        )
     batch = make_batch(requests, method=method, synthetic_rates=[0.5, 0.5])
     expected = reference_sample(batch)
     got = walk(batch)

@@ -14,6 +14,10 @@ Layout of a batch with ``B`` requests, request ``b`` holding ``n_b >= 0`` drafts
 - ``top_k``, ``top_p``, ``min_p``: optional ``[B]`` sampling parameters; every method verifies
   against the processed law they give (`reference.filters`), and ``draft_filter`` says whether the
   sampler applies them to the draft logits too.
+- ``tree_parent``: ``[D]``, method ``"tree"`` only: request ``b``'s drafts are the nodes of a tree,
+  ``tree_parent[cu_num_drafts[b] + i]`` node ``i``'s parent within the request (``-1``: the root),
+  always a smaller index; target row ``cu_num_drafts[b] + b`` is the root's, row ``+ 1 + i`` node
+  ``i``'s (`reference.tree`). The output then lists the accepted nodes (``accepted_nodes``).
 """
 
 from __future__ import annotations
@@ -26,7 +30,9 @@ from typing import Literal, Protocol, runtime_checkable
 import numpy as np
 import torch
 
+from . import tree
 from .filters import FILTER_FLAGS, FILTER_OFF, FILTERS
+from .methods import CHAIN_METHODS
 from .methods import METHODS as METHOD_TABLE
 from .methods import MethodName as Method
 from .schemes import RandomScheme
@@ -57,7 +63,7 @@ class SpecBatch:
         temperature: ``[B]`` fp32; ``0`` means greedy.
         seed: ``[B]`` int64.
         step: ``[B]`` int64 in ``[0, 2**32)``.
-        method: ``"strict"``, ``"probabilistic"``, ``"synthetic"`` or ``"block"``.
+        method: ``"strict"``, ``"probabilistic"``, ``"synthetic"``, ``"block"`` or ``"tree"``.
         synthetic_rates: ``[K]`` float64 conditional acceptance rates, required for synthetic.
         draft_slot: ``[B]`` int32/int64 slot of each request in slotted ``draft_logits``.
         max_num_drafts: optional host-side ``max(n_b)``; lets a GPU sampler size its output
@@ -68,6 +74,9 @@ class SpecBatch:
         draft_filter: ``False``: the draft logits already are the law the drafts were drawn from
             (the engine filtered them); ``True``: the sampler applies each request's filters to
             its draft logits as to its target logits.
+        tree_parent: ``[D]`` int32/int64, method ``"tree"`` only: each draft node's parent within its
+            request (``-1``: the root), a smaller index than the node's; a path at most
+            `reference.tree.MAX_DEPTH` deep. Draft logits, where given, are not read.
     """
 
     target_logits: torch.Tensor
@@ -85,6 +94,7 @@ class SpecBatch:
     top_p: torch.Tensor | None = None
     min_p: torch.Tensor | None = None
     draft_filter: bool = False
+    tree_parent: torch.Tensor | None = None
 
     @property
     def filtered(self) -> bool:
@@ -145,12 +155,17 @@ class SpecOutput:
         token_ids: ``[B, max_n + 1]`` int64, emitted tokens left-aligned, ``-1`` after them.
         num_emitted: ``[B]`` int32 in ``[1, n_b + 1]``: accepted drafts plus the emitted token.
         logprobs: optional ``[B, max_n + 1]`` fp32 target log-probabilities of the emitted tokens
-            (``log softmax(target / T)``, with ``T = 1`` for greedy rows); ``nan`` after them.
+            (``log softmax(target / T)``, with ``T = 1`` for greedy rows, of the row each was drawn
+            from); ``nan`` after them.
+        accepted_nodes: ``[B, max_n]`` int32, tree verification only: the accepted nodes in order
+            (each a child of the one before, the first a child of the root), ``-1`` after them;
+            ``token_ids`` holds their tokens, then the emitted one.
     """
 
     token_ids: torch.Tensor
     num_emitted: torch.Tensor
     logprobs: torch.Tensor | None = None
+    accepted_nodes: torch.Tensor | None = None
 
 
 @runtime_checkable
@@ -180,7 +195,7 @@ class Capabilities:
     """What a sampler implements and the inputs it is defined on; the harness checks inside them.
 
     Attributes:
-        methods: the methods it implements.
+        methods: the methods it implements (by default the chain methods: every one but ``"tree"``).
         dtypes: the logit dtypes it takes.
         draft_kinds: the kinds of draft logits it takes: ``"one-hot"``, ``"flat"``, ``"slotted"``.
         logprobs: whether it reports logprobs.
@@ -204,7 +219,7 @@ class Capabilities:
             ``sqrt(V)`` for the mass above a token) may be kept or dropped (a near pivot).
     """
 
-    methods: tuple[str, ...] = METHODS
+    methods: tuple[str, ...] = CHAIN_METHODS
     dtypes: tuple[torch.dtype, ...] = LOGIT_DTYPES
     draft_kinds: tuple[str, ...] = DRAFT_KINDS
     logprobs: bool = True
@@ -297,7 +312,7 @@ class Capabilities:
 
 
 def capabilities(variant: object) -> Capabilities:
-    """The capabilities ``variant`` declares (every method, dtype and input when it declares none)."""
+    """The capabilities ``variant`` declares (every chain method, dtype and input when it declares none)."""
     declared = getattr(variant, "capabilities", None)
     if declared is None:
         return Capabilities()
@@ -410,6 +425,15 @@ def validate_batch(batch: object, *, check_values: bool | None = True) -> None:
                 raise _fail("draft_slot", "is None but draft_logits is slotted [S, K, V]; expected [B] slots")
             _check_tensor("draft_slot", slot, (1,), INDEX_DTYPES, device, num_requests)
 
+    if METHOD_TABLE[batch.method].verifies_tree:
+        parents = _check_tensor("tree_parent", batch.tree_parent, (1,), INDEX_DTYPES, device)
+        if parents.shape[0] != num_draft_rows:
+            raise _fail(
+                "tree_parent",
+                f"has shape {tuple(parents.shape)}; expected [D] = [{num_draft_rows}], one per draft",
+            )
+    elif batch.tree_parent is not None:
+        raise _fail("tree_parent", f"is given but method is {batch.method!r}; only method 'tree' reads it")
     if batch.synthetic_rates is not None:
         _check_tensor("synthetic_rates", batch.synthetic_rates, (1,), (torch.float64,), device)
     elif METHOD_TABLE[batch.method].takes_rates:
@@ -470,7 +494,14 @@ def _draft_counts(batch: SpecBatch) -> list[int]:
 
 
 def _validate_values(batch: SpecBatch) -> None:
-    max_count = max(_draft_counts(batch), default=0)
+    counts = _draft_counts(batch)
+    max_count = max(counts, default=0)
+    if batch.tree_parent is not None:
+        parents = batch.tree_parent.detach().cpu().to(torch.int64).numpy()
+        start = 0
+        for b, count in enumerate(counts):
+            tree.check_parents(parents[start : start + count], "tree_parent", start, b)
+            start += count
     if batch.max_num_drafts is not None and batch.max_num_drafts != max_count:
         raise _fail("max_num_drafts", f"is {batch.max_num_drafts}; cu_num_drafts gives {max_count}")
 
@@ -536,6 +567,7 @@ class RequestData:
         temperature: ``0`` means greedy.
         seed, step: the request's random stream.
         top_k, top_p, min_p: the request's sampling parameters (off by default).
+        tree_parent: ``[n]`` each draft node's parent (``-1``: the root), method ``"tree"`` only.
     """
 
     target_logits: np.ndarray | torch.Tensor
@@ -547,6 +579,7 @@ class RequestData:
     top_k: int = 0
     top_p: float = 1.0
     min_p: float = 0.0
+    tree_parent: Sequence[int] | np.ndarray | None = None
 
 
 def make_batch(
@@ -566,7 +599,8 @@ def make_batch(
     Draft logits are all given or all ``None``. With ``slots`` (one distinct slot per request) they
     go into a ``[num_slots, slot_capacity, V]`` buffer read through ``draft_slot``; unused slot rows
     hold zeros. Otherwise they are stacked flat ``[D, V]``. A sampling parameter becomes a ``[B]``
-    tensor where some request sets it, and stays ``None`` where none does.
+    tensor where some request sets it, and stays ``None`` where none does. Method ``"tree"`` takes
+    every request's ``tree_parent`` (``[n]``), the other methods none.
     """
     if not requests:
         raise _fail("requests", "is empty; expected at least one request")
@@ -628,6 +662,25 @@ def make_batch(
             draft_slot = torch.tensor(list(slots), dtype=torch.int64, device=dev)
     elif slots is not None:
         raise _fail("slots", "is given but the requests have no draft logits")
+    parents: torch.Tensor | None = None
+    # (An unknown method is `SpecBatch.validate`'s error, below.)
+    if method in METHOD_TABLE and METHOD_TABLE[method].verifies_tree:
+        given_parents = []
+        for b, (r, n) in enumerate(zip(requests, counts, strict=True)):
+            if r.tree_parent is None or np.asarray(r.tree_parent).reshape(-1).shape[0] != n:
+                got = "None" if r.tree_parent is None else f"{np.asarray(r.tree_parent).tolist()}"
+                raise _fail(
+                    f"requests[{b}].tree_parent", f"is {got}; expected [n] = [{n}] parents for method 'tree'"
+                )
+            given_parents.append(np.asarray(r.tree_parent, dtype=np.int64).reshape(-1))
+        flat = np.concatenate([np.zeros(0, np.int64), *given_parents])
+        parents = torch.tensor(flat.tolist(), dtype=torch.int32, device=dev)
+    else:
+        for b, r in enumerate(requests):
+            if r.tree_parent is not None:
+                raise _fail(
+                    f"requests[{b}].tree_parent", f"is given but method is {method!r}; only 'tree' reads it"
+                )
     rates = None if synthetic_rates is None else np.asarray(synthetic_rates, dtype=np.float64)
     dtypes = {"top_k": torch.int32, "top_p": torch.float32, "min_p": torch.float32}
     params = {
@@ -649,6 +702,7 @@ def make_batch(
         draft_slot=draft_slot,
         max_num_drafts=max(counts),
         draft_filter=draft_filter,
+        tree_parent=parents,
         **params,
     )
     batch.validate()
@@ -657,11 +711,13 @@ def make_batch(
 
 @dataclass(frozen=True)
 class RequestOutput:
-    """One request's share of a `SpecOutput`: the emitted tokens and their log-probabilities."""
+    """One request's share of a `SpecOutput`: the emitted tokens and their log-probabilities, and the
+    accepted nodes of a tree."""
 
     token_ids: list[int]
     num_accepted: int
     logprobs: list[float] | None
+    accepted_nodes: list[int] | None = None
 
 
 def split_output(output: SpecOutput) -> list[RequestOutput]:
@@ -669,8 +725,14 @@ def split_output(output: SpecOutput) -> list[RequestOutput]:
     tokens = output.token_ids.detach().cpu().tolist()
     emitted = output.num_emitted.detach().cpu().tolist()
     logprobs = None if output.logprobs is None else output.logprobs.detach().cpu().tolist()
+    nodes = None if output.accepted_nodes is None else output.accepted_nodes.detach().cpu().tolist()
     return [
-        RequestOutput(row[:n], n - 1, None if logprobs is None else logprobs[b][:n])
+        RequestOutput(
+            row[:n],
+            n - 1,
+            None if logprobs is None else logprobs[b][:n],
+            None if nodes is None else nodes[b][: n - 1],
+        )
         for b, (row, n) in enumerate(zip(tokens, emitted, strict=True))
     ]
 
@@ -678,10 +740,13 @@ def split_output(output: SpecOutput) -> list[RequestOutput]:
 def validate_output(output: SpecOutput, batch: SpecBatch) -> None:
     """Raise ``ValueError`` if an output's shapes and dtypes break the contract for ``batch``."""
     shape = (batch.num_requests, batch.resolved_max_num_drafts() + 1)
+    if METHOD_TABLE[batch.method].verifies_tree and output.accepted_nodes is None:
+        raise _fail("accepted_nodes", f"is None; method 'tree' expects int32 {(shape[0], shape[1] - 1)}")
     for name, dtype, expected in (
         ("token_ids", torch.int64, shape),
         ("num_emitted", torch.int32, shape[:1]),
         ("logprobs", torch.float32, shape),
+        ("accepted_nodes", torch.int32, (shape[0], shape[1] - 1)),
     ):
         tensor = getattr(output, name)
         if tensor is not None and (tensor.dtype != dtype or tuple(tensor.shape) != expected):

@@ -6,6 +6,12 @@ emitted token ``y``. Position ``i`` follows the rules of `reference.methods` (a 
 id outside ``[0, V)``; a greedy row has ``p_i = onehot(argmax)``, ties to the lowest index); with all
 ``n`` accepted, ``y ~ p_n``, the bonus row.
 
+Tree verification (``verifies_tree``: the drafts form a tree, `reference.tree`) indexes every array
+by target row instead: ``stop_probs[r]`` is the probability that the walk stops at row ``r`` (the
+root's, 0, or node ``v``'s, ``1 + v``: its root path is the accepted one), ``token_probs[r]`` the law
+of the emitted token there, ``accept_probs[v]`` the probability of accepting node ``v`` at its
+parent (`reference.tree.tree_law`). On a chain the stop row is ``m``.
+
 Block verification (``verifies_jointly`` in the method table) has no per-position rule: its law of
 ``(m, y)`` is `reference.block.block_law` on the same laws ``p_i`` and ``q_i`` (after temperature;
 greedy rows one-hot, one-hot drafts ``onehot(d)``, a placeholder a draft outside the vocabulary), and
@@ -36,7 +42,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from . import block, methods
+from . import block, methods, tree
 from .contract import FP32_TINY, Arithmetic, SpecBatch, validate_batch
 from .filters import FilterParams, PivotBand, kept_bounds, kept_tokens
 
@@ -106,6 +112,7 @@ class RequestInputs:
         temperature: ``0`` means greedy.
         seed, step: the request's random stream.
         synthetic_rates: ``[n]`` conditional acceptance rates (synthetic only, else ``None``).
+        tree_parent: ``[n]`` each node's parent within the request (tree verification, else ``None``).
     """
 
     target_logits: F64Array
@@ -115,6 +122,7 @@ class RequestInputs:
     seed: int
     step: int
     synthetic_rates: F64Array | None
+    tree_parent: I64Array | None = None
 
     @property
     def num_drafts(self) -> int:
@@ -154,6 +162,7 @@ class BatchRows:
         starts, counts: ``[B]`` each request's first draft index and draft count.
         temperature, seed, step: ``[B]`` each, seeds and steps int64.
         rates: ``[K]`` synthetic conditional rates, else ``None``.
+        parents: ``[D]`` each draft node's parent within its request (tree verification), else ``None``.
         method: the batch's method.
         filters: ``[B]`` each request's sampling parameters, or ``None`` when the batch has none.
         draft_filter: whether the draft rows are filtered too.
@@ -173,6 +182,7 @@ class BatchRows:
     step: I64Array
     rates: F64Array | None
     method: str
+    parents: I64Array | None = None
     filters: FilterParams | None = None
     draft_filter: bool = False
     pivots: Pivots = "exact"
@@ -204,6 +214,7 @@ class BatchRows:
             step=_host(batch.step, torch.int64),
             rates=_host(batch.synthetic_rates) if methods.METHODS[batch.method].takes_rates else None,
             method=batch.method,
+            parents=_host(batch.tree_parent, torch.int64),
             filters=filters,
             draft_filter=batch.draft_filter,
             pivots=pivots,
@@ -248,6 +259,12 @@ class BatchRows:
         raw = self.raw_draft_rows(requests, position)
         return raw if raw is None or not self.draft_filter else self.filter(raw, requests)
 
+    def tree_parents(self, request: int) -> I64Array:
+        """``[n]`` the parents of one request's draft nodes (tree verification)."""
+        assert self.parents is not None
+        start = int(self.starts[request])
+        return np.asarray(self.parents[start : start + int(self.counts[request])], dtype=np.int64)
+
     def draft_ids(self, requests: I64Array, position: npt.ArrayLike) -> I64Array:
         """``[A]`` the draft at ``position`` of each request, ``-1`` where it has none."""
         at = np.asarray(position, dtype=np.int64)
@@ -275,6 +292,7 @@ def request_inputs(
                 seed=int(rows.seed[b]),
                 step=int(rows.step[b]),
                 synthetic_rates=None if rows.rates is None else rows.rates[:n],
+                tree_parent=None if rows.parents is None else rows.tree_parents(b),
             )
         )
     return requests
@@ -282,12 +300,14 @@ def request_inputs(
 
 @dataclass(frozen=True)
 class RequestLaw:
-    """The exact law of one request's output.
+    """The exact law of one request's output (a tree's by target row: the module docstring).
 
     Attributes:
-        accept_probs: ``[n]`` probability of accepting draft ``i`` given drafts ``0..i-1`` accepted.
-        stop_probs: ``[n + 1]`` law of ``m``, the number of drafts accepted.
-        token_probs: ``[n + 1, V]`` law of the emitted token ``y`` given ``m = j``.
+        accept_probs: ``[n]`` probability of accepting draft ``i`` given drafts ``0..i-1`` accepted
+            (a tree's node ``i`` at its parent).
+        stop_probs: ``[n + 1]`` law of ``m``, the number of drafts accepted (a tree's stop row).
+        token_probs: ``[n + 1, V]`` law of the emitted token ``y`` given ``m = j`` (a tree's stop at
+            row ``j``).
         target_probs: ``[n + 1, V]`` the target laws ``p_i`` (after temperature).
         draft_token_ids: ``[n]`` the drafts, placeholders as ``-1``.
     """
@@ -329,7 +349,12 @@ def request_law(method: str, inputs: RequestInputs, arithmetic: Arithmetic = "lo
     drafts = inputs.draft_probs().reshape(n, vocab_size)
     if arithmetic == "fp32-probs":
         targets, drafts = flush_to_fp32(targets), flush_to_fp32(drafts)
-    if rules.verifies_jointly:
+    if rules.verifies_tree:
+        assert inputs.tree_parent is not None
+        accept_probs, stop_probs, token_probs = tree.tree_law(
+            targets, inputs.tree_parent, inputs.draft_token_ids
+        )
+    elif rules.verifies_jointly:
         joint = block.block_law(targets, drafts, inputs.draft_token_ids)
         stop_probs, token_probs = joint.stop_probs, joint.token_probs
         reach = np.cumsum(stop_probs[::-1])[::-1]  # P(m >= j)

@@ -11,7 +11,9 @@ The per-position rules are written here once. At position ``i`` of a request, wi
   when it ``decides_by_sampling``).
 
 A method that ``verifies_jointly`` (block verification) has no per-position rule: it decides how
-many drafts to keep from all of them at once, by the rules of `reference.block`.
+many drafts to keep from all of them at once, by the rules of `reference.block`. A method that
+``verifies_tree`` (tree verification) reads its drafts as a tree (``SpecBatch.tree_parent``) and walks
+it from the root by the rules of `reference.tree`.
 
 The exact law (`reference.law`), the scalar reference sampler (`reference.sampler`) and the
 vectorised walk (`reference.walk`) all take their rules from here. `METHODS` is the table: the
@@ -29,7 +31,7 @@ import numpy.typing as npt
 F64Array = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 
-MethodName = Literal["strict", "probabilistic", "synthetic", "block"]
+MethodName = Literal["strict", "probabilistic", "synthetic", "block", "tree"]
 
 
 def accepts(target_prob: npt.ArrayLike, draft_prob: npt.ArrayLike, uniform: npt.ArrayLike) -> BoolArray:
@@ -80,6 +82,10 @@ class Method:
             samplers and the walk take block verification's rules instead of the per-position ones,
             and the marginal check continues each output with the target (a position reached is
             not distributed as ``p`` on its own).
+        verifies_tree: the drafts form a tree (`reference.tree`, ``SpecBatch.tree_parent``), verified
+            against the target alone from the root: the exact law, the samplers and the walk take the
+            tree rules, the output lists the accepted nodes (``SpecOutput.accepted_nodes``), and a
+            sampler implements it only where it declares it (`reference.contract.Capabilities`).
         strategy_weight: how often the strategies draw the method, relative to the others.
         targeted: the targeted cases (`fuzz.targeted`) built for the method.
     """
@@ -94,6 +100,7 @@ class Method:
     uses_draft_law = False
     takes_rates = False
     verifies_jointly = False
+    verifies_tree = False
     strategy_weight = 1
     targeted: tuple[str, ...] = ()
 
@@ -212,4 +219,22 @@ class Block(Method):
     )
 
 
-METHODS: dict[str, Method] = {m.name: m for m in (Strict(), Probabilistic(), Synthetic(), Block())}
+class Tree(Method):
+    """Tree verification (SGLang's target-only tree kernel, EAGLE's reference code): from the root,
+    draw ``x ~ p`` at each node and descend into its first child whose token is ``x``; else emit ``x``.
+
+    Its rules (the walk, the exact law by stop row) are `reference.tree`'s; the per-position hooks do
+    not apply to it. A greedy row draws its argmax.
+    """
+
+    name = "tree"
+    kernel_code = 4
+    decides_by_sampling = True
+    verifies_tree = True
+    targeted = ("tree", "wide tree", "ragged trees")
+
+
+METHODS: dict[str, Method] = {m.name: m for m in (Strict(), Probabilistic(), Synthetic(), Block(), Tree())}
+# The methods every sampler implements unless it declares otherwise: the chain methods (a tree is
+# verified only by a sampler that says it takes one).
+CHAIN_METHODS: tuple[str, ...] = tuple(name for name, m in METHODS.items() if not m.verifies_tree)

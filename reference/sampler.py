@@ -7,8 +7,10 @@ each draft in order and emits one token after the accepted ones, sampling by the
 block the row's block uniform picks; strict rows by Gumbel-max over the whole row). Block
 verification decides from all the drafts at once: ``eta_i`` is the acceptance uniform of position
 ``i - 1``, ``m`` the largest ``i`` with ``eta_i < h_i``, and the token is drawn from row ``m``'s
-weighted residual with row ``m``'s noise (`reference.block`). `reference.walk` is the same
-algorithm vectorised over a batch; the two agree token for token.
+weighted residual with row ``m``'s noise (`reference.block`). Tree verification walks the tree
+from the root (`reference.tree.verify`), drawing each node's row by Gumbel-max over the whole row
+with that row's noise, as strict rows draw. `reference.walk` is the same algorithm vectorised over a
+batch; the two agree token for token.
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ from functools import partial
 import numpy as np
 import torch
 
-from . import block
-from .contract import SpecBatch, SpecOutput
+from . import block, tree
+from .contract import Capabilities, SpecBatch, SpecOutput
 from .law import F64Array, RequestInputs, greedy_token, request_inputs, token_logprobs
 from .methods import METHODS
 from .schemes import CANONICAL, Noise, RandomScheme, draw
@@ -123,9 +125,22 @@ def _verify_in_order(
     return [*tokens, _draw(inputs, targets[n], noise, n, whole_row=METHODS[method].decides_by_sampling)]
 
 
+def sample_tree(inputs: RequestInputs, noise: RequestNoise) -> tuple[list[int], list[int]]:
+    """Tree verification of one request with the given random numbers (`reference.tree.verify`): the
+    accepted nodes, and the emitted sequence (their tokens, then the token drawn where the walk
+    stopped). Each node's row is drawn by Gumbel-max over the whole row (a greedy request: its argmax)."""
+    assert inputs.tree_parent is not None
+    targets = inputs.target_probs()
+    return tree.verify(
+        inputs.tree_parent, inputs.draft_token_ids, lambda row: _draw(inputs, targets[row], noise, row, True)
+    )
+
+
 def sample_request(method: str, inputs: RequestInputs, noise: RequestNoise) -> list[int]:
     """Run the rejection sampler on one request with the given random numbers: the accepted drafts,
     then one sampled token."""
+    if METHODS[method].verifies_tree:
+        return sample_tree(inputs, noise)[1]
     targets, drafts = inputs.target_probs(), inputs.draft_probs()
     verify = _verify_block if METHODS[method].verifies_jointly else partial(_verify_in_order, method)
     return verify(inputs, targets, drafts, noise)
@@ -145,20 +160,33 @@ def reference_sample(
     token_ids = torch.full(shape, -1, dtype=torch.int64)
     logprobs = torch.full(shape, float("nan"), dtype=torch.float32)
     num_emitted = torch.zeros(len(inputs), dtype=torch.int32)
+    is_tree = METHODS[batch.method].verifies_tree
+    accepted_nodes = torch.full((shape[0], shape[1] - 1), -1, dtype=torch.int32) if is_tree else None
     for b, (x, z) in enumerate(zip(inputs, noise, strict=True)):
-        tokens = np.array(sample_request(batch.method, x, z), dtype=np.int64)
+        if accepted_nodes is not None:
+            nodes, sequence = sample_tree(x, z)
+            accepted_nodes[b, : len(nodes)] = torch.tensor(nodes, dtype=torch.int32)
+            rows = np.array([0, *(node + 1 for node in nodes)], dtype=np.int64)
+        else:
+            sequence = sample_request(batch.method, x, z)
+            rows = np.arange(len(sequence))
+        tokens = np.array(sequence, dtype=np.int64)
         count = tokens.size
         num_emitted[b] = count
         token_ids[b, :count] = torch.from_numpy(tokens)
         temperature = np.full(count, x.temperature)
-        logprobs[b, :count] = torch.from_numpy(token_logprobs(x.target_logits[:count], temperature, tokens))
-    return SpecOutput(token_ids=token_ids, num_emitted=num_emitted, logprobs=logprobs)
+        logprobs[b, :count] = torch.from_numpy(token_logprobs(x.target_logits[rows], temperature, tokens))
+    return SpecOutput(
+        token_ids=token_ids, num_emitted=num_emitted, logprobs=logprobs, accepted_nodes=accepted_nodes
+    )
 
 
 class ReferenceSampler:
     """`reference_sample` as a `Variant`: the float64 twin of every sampler on ``scheme``."""
 
     name = "reference"
+    # Every method, trees included.
+    capabilities = Capabilities(methods=tuple(METHODS))
 
     def __init__(self, scheme: RandomScheme = CANONICAL) -> None:
         self.streams = scheme

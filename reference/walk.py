@@ -12,7 +12,11 @@ row, `Walk.rejection_row` or `Walk.bonus_row`, `Walk.sample` or `Walk.rejection_
 `Walk.pack`. Block verification reads every row of a request before it decides: `Walk.block_weight`,
 `Walk.keep_probability`, `Walk.keeps` (``eta_i < h_i``, ``eta_i`` the acceptance uniform of position
 ``i - 1``; ``m`` is the largest ``i`` kept); then `Walk.block_bonus` and `Walk.bonus_row`, or
-`Walk.block_residual` at row ``m``, and `Walk.sample`.
+`Walk.block_residual` at row ``m``, and `Walk.sample`. Tree verification (`reference.tree`) walks
+each request's tree from the root: `Walk.tree_children` (which child a drawn token accepts at a row),
+then at each node `Walk.tree_step` (`Walk.tree_draw`, the row's draw by Gumbel-max over the whole
+row as strict rows draw, and the child it accepts), until a step accepts no child; `Walk.pack` adds
+the accepted nodes.
 
 Beside the output, the walk records every decision it makes (`reference.near_ties.Decision`: the
 acceptance tests, the draws with their noise, block verification's keep decisions, the comparisons of
@@ -31,7 +35,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from . import block
+from . import block, tree
 from .contract import Capabilities, SpecBatch, SpecOutput
 from .filters import FILTER_FLAGS, PivotBand, pivot_band
 from .law import BatchRows, F64Array, I64Array, Pivots, greedy_token, one_hot, row_probs, token_logprobs
@@ -77,6 +81,7 @@ class _Chunk:
     sampled: I64Array  # [A, W] the row samples drawn to decide (strict), -1 elsewhere
     accept_u: F64Array  # [A, W] the acceptance uniforms of the positions decided
     weights: F64Array  # [A, W] block verification's weights w_i (1 for the other methods)
+    nodes: I64Array  # [A, W - 1] the accepted nodes of a tree, -1 after them (and for the other methods)
     record: list[Decision] = field(default_factory=list)
 
 
@@ -106,6 +111,7 @@ class Walk:
         tokens = np.full((num_requests, width), -1, dtype=np.int64)
         logprobs = np.full((num_requests, width), np.nan, dtype=np.float32)
         accepted = np.zeros(num_requests, dtype=np.int64)
+        nodes = np.full((num_requests, width - 1), -1, dtype=np.int64)
         near = np.zeros((num_requests, width), dtype=bool)
         # A chunk's record holds the noise of each row drawn from until the chunk is judged, and a
         # method that decides by sampling draws from every row it reaches.
@@ -124,8 +130,11 @@ class Walk:
                 sampled=np.full((requests.size, width), -1, dtype=np.int64),
                 accept_u=np.zeros((requests.size, width)),
                 weights=np.ones((requests.size, width)),
+                nodes=nodes[part],
             )
-            if method.verifies_jointly:
+            if method.verifies_tree:
+                self._walk_tree(rows, chunk)
+            elif method.verifies_jointly:
                 self._verify_block(rows, chunk)
                 self._emit_block(rows, chunk)
             else:
@@ -134,7 +143,7 @@ class Walk:
             judged = judge(rows, chunk.record, width)
             near |= judged.near
             decisions += judged.num_decisions
-        output = self.pack(rows, tokens, accepted + 1, logprobs)
+        output = self.pack(rows, tokens, accepted + 1, logprobs, nodes if method.verifies_tree else None)
         return WalkResult(output=output, near=near, num_decisions=decisions)
 
     # -- stages ---------------------------------------------------------------------------------
@@ -223,14 +232,63 @@ class Walk:
         """Block verification: the law of the token after a stop at ``m < n``, the weighted residual."""
         return block.residual(weight, p, q)
 
+    def tree_children(self, rows: BatchRows, request: int) -> dict[tuple[int, int], int]:
+        """Tree verification: which node a token drawn at a row accepts, ``(row, token) -> node``: the
+        first child of the row's node (in sibling order) holding the token; a placeholder none."""
+        parents = rows.tree_parents(request)
+        tokens = rows.draft_ids(np.full(parents.size, request), np.arange(parents.size))
+        first = tree.first_siblings(parents, tokens)
+        return {
+            (int(parent) + 1, int(token)): node
+            for node, (parent, token) in enumerate(zip(parents, tokens, strict=True))
+            if first[node]
+        }
+
+    def tree_step(
+        self,
+        rows: BatchRows,
+        chunk: _Chunk,
+        local: I64Array,
+        row: I64Array,
+        level: int,
+        children: list[dict[tuple[int, int], int]],
+    ) -> tuple[I64Array, I64Array]:
+        """Tree verification at one node of each request ``local`` of ``chunk``: the token drawn at its
+        row ``row`` (`tree_draw`; a greedy request's argmax) and the child it accepts (``children``,
+        the requests' `tree_children`), ``-1`` where it accepts none and is emitted."""
+        a = chunk.requests[local]
+        drawn = greedy_token(rows.target_rows(a, row))
+        sampled = rows.temperature[a] > 0.0
+        chunk.record.append(ExactDecision(a[~sampled], level))
+        if sampled.any():
+            s = np.nonzero(sampled)[0]
+            drawn[s] = self.tree_draw(rows, chunk, local[s], row[s], level)
+        child = [table.get((int(r), int(x)), -1) for table, r, x in zip(children, row, drawn, strict=True)]
+        return drawn, np.asarray(child, dtype=np.int64)
+
+    def tree_draw(
+        self, rows: BatchRows, chunk: _Chunk, local: I64Array, row: I64Array, level: int
+    ) -> I64Array:
+        """Tree verification: the tokens drawn at target row ``row`` (0 the root's, ``1 + v`` node
+        ``v``'s) of the sampled requests ``local`` of ``chunk``, emitted at position ``level``: the
+        target law's, by Gumbel-max over the whole row."""
+        return self._draw(rows, chunk, local, row, np.full(local.size, level), whole_row=True)
+
     def pack(
-        self, rows: BatchRows, tokens: I64Array, emitted: I64Array, logprobs: npt.NDArray[np.float32]
+        self,
+        rows: BatchRows,
+        tokens: I64Array,
+        emitted: I64Array,
+        logprobs: npt.NDArray[np.float32],
+        nodes: I64Array | None = None,
     ) -> SpecOutput:
-        """The output: ``emitted`` tokens per request, ``-1`` (and NaN) after them."""
+        """The output: ``emitted`` tokens per request, ``-1`` (and NaN) after them; a tree's accepted
+        nodes."""
         return SpecOutput(
             token_ids=torch.from_numpy(tokens),
             num_emitted=torch.from_numpy(emitted.astype(np.int32)),
             logprobs=torch.from_numpy(logprobs),
+            accepted_nodes=None if nodes is None else torch.from_numpy(nodes.astype(np.int32)),
         )
 
     # -- the walk -----------------------------------------------------------------------------
@@ -332,6 +390,29 @@ class Walk:
         chunk.tokens[index, m] = final
         chunk.logprobs[index, m] = token_logprobs(logits, temperature, final)
 
+    def _walk_tree(self, rows: BatchRows, chunk: _Chunk) -> None:
+        """Tree verification: every request takes a step at its node's row (`tree_step`) and descends
+        into the child the drawn token accepts, until a step accepts none; that token is emitted."""
+        requests = chunk.requests
+        children = [self.tree_children(rows, int(b)) for b in requests]
+        row = np.zeros(requests.size, dtype=np.int64)
+        walking = np.ones(requests.size, dtype=bool)
+        level = 0
+        while walking.any():
+            local = np.nonzero(walking)[0]
+            a = requests[local]
+            drawn, child = self.tree_step(rows, chunk, local, row[local], level, [children[i] for i in local])
+            chunk.tokens[local, level] = drawn
+            logits = rows.target_rows(a, row[local])
+            chunk.logprobs[local, level] = token_logprobs(logits, rows.temperature[a], drawn)
+            accept = child >= 0
+            if accept.any():  # (a batch without drafts has no column of nodes to write)
+                chunk.nodes[local[accept], level] = child[accept]
+            chunk.accepted[local[accept]] += 1
+            row[local[accept]] = child[accept] + 1
+            walking[local[~accept]] = False
+            level += 1
+
     def _block_rows(
         self, rows: BatchRows, requests: I64Array, position: npt.ArrayLike
     ) -> tuple[F64Array, F64Array, F64Array, I64Array]:
@@ -409,8 +490,8 @@ class WalkSampler(Walk):
     the planted mutants of `fuzz.mutants` subclass it."""
 
     name = "walk"
-    # Exact on every input, filtered ones included.
-    capabilities = Capabilities(filters=FILTER_FLAGS)
+    # Exact on every method and input, trees and filtered batches included.
+    capabilities = Capabilities(methods=tuple(METHODS), filters=FILTER_FLAGS)
 
     def __init__(self, scheme: RandomScheme = CANONICAL) -> None:
         super().__init__(scheme)

@@ -17,11 +17,13 @@ from specsample.properties.checks import check
 from specsample.reference.contract import Capabilities, RequestData, SpecBatch, make_batch
 from specsample.reference.filters import FILTER_FLAGS, FilterParams, kept_tokens, near_pivot, pivot_band
 from specsample.reference.law import BatchRows, F64Array, I64Array, row_probs
+from specsample.reference.methods import CHAIN_METHODS
 from specsample.reference.walk import WalkSampler
 
 FILTER_MUTANTS = [f"M{i}" for i in range(33, 41)]
 WALK = WalkSampler()
-CASES = dict(targeted_batches(capabilities=WALK.capabilities))
+# The chain methods' cases (the walk takes trees too, which no filter case is built for).
+CASES = dict(targeted_batches(CHAIN_METHODS, WALK.capabilities))
 FILTERED = [name for name, batch in CASES.items() if batch.filtered]
 UNFILTERED = [name for name, batch in CASES.items() if not batch.filtered]
 

@@ -162,9 +162,8 @@ def compare_variants(
     for b, n in enumerate(batch.num_drafts()):
         counts = []
         for trials in runs:
-            tokens, emitted = trials.request_rows(b)
-            m = np.clip(emitted - 1, 0, n)
-            y = np.clip(tokens[np.arange(m.shape[0]), m], 0, vocab_size - 1)
+            m, y = trials.outcomes(b)
+            m, y = np.clip(m, 0, n), np.clip(y, 0, vocab_size - 1)
             counts.append(np.bincount(m * vocab_size + y, minlength=(n + 1) * vocab_size))
         results.append(stats.two_sample_test(counts[0], counts[1], alpha=alpha / batch.num_requests))
     adjusted = stats.holm_adjusted([r.pvalue for r in results])

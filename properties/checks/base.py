@@ -549,6 +549,51 @@ class Trials:
         emitted = self.output.num_emitted[rows].numpy().astype(np.int64)
         return tokens, emitted
 
+    def outcomes(self, request: int) -> tuple[I64Array, I64Array]:
+        """``(stop [N], y [N])`` of one request's trials: the target row each stopped at (the index of
+        `reference.law.RequestLaw`: ``m``, the drafts accepted, on a chain; on a tree the row of the
+        last accepted node, ``1 + v``, or 0) and the token it emitted there; ``stop`` is ``-1`` where a
+        trial's count or accepted nodes lie outside the request's, ``y`` where its token does too."""
+        tokens, emitted = self.request_rows(request)
+        n = int(draft_counts(self.batch)[request])
+        m = emitted - 1
+        ok = (m >= 0) & (m <= n)
+        stop = m
+        if self.batch.tree_parent is not None:
+            nodes = self.node_rows(request)
+            last = np.full(m.shape, -1, dtype=np.int64)
+            if nodes.shape[1]:
+                last = np.where(
+                    m > 0, nodes[np.arange(m.shape[0]), np.clip(m - 1, 0, nodes.shape[1] - 1)], -1
+                )
+            ok &= (m == 0) | ((last >= 0) & (last < n))
+            stop = np.where(m > 0, last + 1, 0)
+        y = np.where(ok, tokens[np.arange(m.shape[0]), np.clip(m, 0, tokens.shape[1] - 1)], -1)
+        good_y = ok & (y >= 0) & (y < self.batch.vocab_size)
+        return np.where(ok, stop, -1), np.where(good_y, y, -1)
+
+    def node_rows(self, request: int) -> I64Array:
+        """``[N, W - 1]`` the accepted nodes of one request's trials (a tree batch's), ``-1`` after them."""
+        assert self.output.accepted_nodes is not None
+        rows = slice(request * self.num_trials, (request + 1) * self.num_trials)
+        return self.output.accepted_nodes[rows].numpy().astype(np.int64)
+
+    def passes(self, request: int) -> npt.NDArray[np.bool_]:
+        """``[N, n + 1]`` which target rows each trial of one request went through (the rows whose
+        draw it made): rows ``0 .. m`` on a chain; on a tree the root's and those of its accepted nodes."""
+        _, emitted = self.request_rows(request)
+        n = int(draft_counts(self.batch)[request])
+        m = np.clip(emitted - 1, 0, n)
+        if self.batch.tree_parent is None:
+            return np.arange(n + 1)[None, :] <= m[:, None]
+        nodes = self.node_rows(request)
+        inside = (np.arange(nodes.shape[1])[None, :] < m[:, None]) & (nodes >= 0) & (nodes < n)
+        through = np.zeros((m.shape[0], n + 1), dtype=bool)
+        through[:, 0] = True
+        trial, column = np.nonzero(inside)
+        through[trial, nodes[trial, column] + 1] = True
+        return through
+
     def replicas(self, rows: I64Array) -> SpecBatch:
         """The batch of replicas ``rows``, as the variant saw them."""
         return replicas(self.batch, self.num_trials, self.seeds, self.draft_token_ids, rows, self.steps)
@@ -633,7 +678,14 @@ def _coerce(output: SpecOutput, batch: SpecBatch) -> SpecOutput:
     raw = output.token_ids.detach().cpu().reshape(batch.num_requests, -1)[:, :width].to(torch.int64)
     tokens[:, : raw.shape[1]] = raw
     emitted = output.num_emitted.detach().cpu().reshape(-1)[: batch.num_requests].to(torch.int32)
-    return SpecOutput(token_ids=tokens, num_emitted=emitted, logprobs=None)
+    nodes = None
+    if batch.tree_parent is not None:
+        nodes = torch.full((batch.num_requests, width - 1), -1, dtype=torch.int32)
+        given_nodes = output.accepted_nodes
+        if given_nodes is not None and given_nodes.numel() % batch.num_requests == 0:
+            given = given_nodes.detach().cpu().reshape(batch.num_requests, -1)[:, : width - 1]
+            nodes[:, : given.shape[1]] = given.to(torch.int32)
+    return SpecOutput(token_ids=tokens, num_emitted=emitted, logprobs=None, accepted_nodes=nodes)
 
 
 def draw_trials(
@@ -711,6 +763,7 @@ def describe_request(batch: SpecBatch | CheckedBatch, request: int) -> str:
         f"request {request}: {spec.method}",
         f"V={spec.vocab_size}",
         f"n={end - start}, drafts {drafts}",
+        *([] if spec.tree_parent is None else [f"tree parents {spec.tree_parent[start:end].tolist()}"]),
         "T=0 (greedy)" if temperature == 0 else f"T={temperature:.6g}",
         f"seed {int(spec.seed[request])}",
         f"step {int(spec.step[request])}",

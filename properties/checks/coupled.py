@@ -83,6 +83,15 @@ def agreement(
     ref = walked.output.token_ids.numpy()
     ref_emitted = walked.output.num_emitted.numpy().astype(np.int64)
     differs = (mine != ref) & (np.arange(width)[None, :] < ref_emitted[:, None])
+    if walked.output.accepted_nodes is not None:
+        # A tree's accepted nodes too: a sampler may emit the walk's tokens through other nodes.
+        ref_nodes = walked.output.accepted_nodes.numpy()
+        if output.accepted_nodes is None:
+            mine_nodes = np.full_like(ref_nodes, -2)
+        else:
+            mine_nodes = output.accepted_nodes.detach().cpu().numpy()[:, : width - 1]
+        node_differs = (mine_nodes != ref_nodes) & (np.arange(width - 1)[None, :] < ref_emitted[:, None] - 1)
+        differs[:, : width - 1] |= node_differs
     mismatched = np.nonzero((mine_emitted != ref_emitted) | differs.any(axis=1))[0]
     result = Agreement(batch.num_requests, walked.num_decisions, walked.near_ties, int(mismatched.size))
     unexcused = []
@@ -168,16 +177,24 @@ def _logprob_problems(
     tokens = walked.output.token_ids.numpy()
     emitted = walked.output.num_emitted.numpy()
     temperature = np.where(rows.temperature > 0, rows.temperature, 1.0)
+    # The row each position's token was drawn from: position k's own, or on a tree its path's k-th.
+    drawn = np.broadcast_to(np.arange(tokens.shape[1]), tokens.shape)
+    if walked.output.accepted_nodes is not None:
+        nodes = walked.output.accepted_nodes.numpy().astype(np.int64)
+        drawn = np.concatenate(
+            [np.zeros((tokens.shape[0], 1), dtype=np.int64), np.maximum(nodes, -1) + 1], axis=1
+        )
     problems = []
     for k in range(tokens.shape[1]):
         r = np.nonzero(agree & (emitted > k))[0]
         if r.size == 0:
             continue
-        law = log_law(rows.target_rows(r, k), temperature[r])
+        row = drawn[r, k]
+        law = log_law(rows.target_rows(r, row), temperature[r])
         token, index = tokens[r, k], np.arange(r.size)
         slack = 0.0
         if rows.filters is not None:
-            slack = pivot_slack(rows.raw_target_rows(r, k), rows.temperature[r], rows.filters.take(r), band)
+            slack = pivot_slack(rows.raw_target_rows(r, row), rows.temperature[r], rows.filters.take(r), band)
         ok = logprob_ok(mine[r, k], law.log_probs[index, token], law.tolerance[index, token] + slack)
         for j in np.nonzero(~ok)[0]:
             got, expected = mine[r[j], k], law.log_probs[j, token[j]]
@@ -225,6 +242,9 @@ class Coupled(Check):
             token_ids=trials.output.token_ids[rows],
             num_emitted=trials.output.num_emitted[rows],
             logprobs=None if trials.output.logprobs is None else trials.output.logprobs[rows],
+            accepted_nodes=None
+            if trials.output.accepted_nodes is None
+            else trials.output.accepted_nodes[rows],
         )
         scheme = variant.streams
         assert scheme is not None

@@ -6,6 +6,11 @@ log-probability within float32 tolerance; the accepted prefix equal to the draft
 target probability 0 and no accepted draft of probability 0 (unless the method accepts any draft);
 a method that decides by sampling never emits the draft it rejected; greedy rows emit the argmax
 and, where the method accepts greedy drafts by argmax, stop at the first draft that is not it.
+On a tree (`broken_tree_invariants`): the accepted nodes form a root path (each a child of the one
+before, the first of the root, ``-1`` after them), each the first of its siblings with its token, their
+tokens emitted in order; the emitted token is none of its node's children's tokens; no token of
+probability 0 at the row it was drawn from; greedy rows take every row's argmax; logprobs those of the
+rows the tokens were drawn from.
 
 `violations` checks one output of a batch (the kernel tests and the GPU tier use it); `CHECK`
 checks a variant on repeated trials.
@@ -29,6 +34,7 @@ from specsample.properties.checks.base import (
     draw_trials,
     exact_verdict,
 )
+from specsample.reference import tree
 from specsample.reference.contract import Arithmetic, SpecBatch, SpecOutput, Variant
 from specsample.reference.law import RequestInputs, RequestLaw, greedy_token
 from specsample.reference.methods import METHODS, Method
@@ -113,6 +119,85 @@ def broken_invariants(
     return broken
 
 
+def broken_tree_invariants(
+    vocab_size: int,
+    inputs: RequestInputs,
+    law: RequestLaw,
+    tokens: I64Array,
+    emitted: I64Array,
+    logprobs: npt.NDArray[np.float32] | None,
+    nodes: I64Array | None,
+    slack: npt.NDArray[np.float64] | None = None,
+) -> dict[str, BoolArray]:
+    """`broken_invariants` for a tree request (``nodes``: its samples' accepted nodes, ``None`` where
+    the output has none): each invariant, and ``[N]`` which samples break it."""
+    assert inputs.tree_parent is not None
+    n, width, ids, parents = inputs.num_drafts, tokens.shape[1], inputs.draft_token_ids, inputs.tree_parent
+    count = np.clip(emitted, 1, n + 1)
+    m = count - 1
+    samples = np.arange(tokens.shape[0])
+    position = np.arange(width)[None, :]
+    inside = position < count[:, None]
+    broken = {
+        f"num_emitted outside [1, {n + 1}]": (emitted < 1) | (emitted > n + 1),
+        f"an emitted id outside [0, {vocab_size})": (inside & ((tokens < 0) | (tokens >= vocab_size))).any(
+            axis=1
+        ),
+        "token_ids not -1 after the emitted tokens": (~inside & (tokens != -1)).any(axis=1),
+    }
+    if nodes is None:
+        broken["no accepted_nodes in the output of a tree"] = np.ones(tokens.shape[0], dtype=bool)
+        return broken
+    nodes = nodes[:, : max(width - 1, 0)]
+    accepted = position[:, : nodes.shape[1]] < m[:, None]
+    valid = (nodes >= 0) & (nodes < n)
+    broken["accepted_nodes not n nodes then -1"] = (accepted & ~valid).any(axis=1) | (
+        ~accepted & (nodes != -1)
+    ).any(axis=1)
+    # Node n stands for none: a sentinel with no parent, token or sibling rank.
+    node = np.where(accepted & valid, nodes, n)
+    first = tree.first_siblings(parents, ids)
+    parents_of, ids_of, first_of = np.append(parents, -2), np.append(ids, -1), np.append(first, False)
+    before = np.concatenate([np.full((nodes.shape[0], 1), tree.ROOT), node[:, :-1]], axis=1)
+    broken["the accepted nodes are no root path"] = (accepted & valid & (parents_of[node] != before)).any(
+        axis=1
+    )
+    broken["an accepted node is not the first of its siblings with its token"] = (
+        accepted & valid & ~first_of[node]
+    ).any(axis=1)
+    broken["accepted tokens differ from their nodes' tokens"] = (
+        accepted & valid & (tokens[:, : nodes.shape[1]] != ids_of[node])
+    ).any(axis=1)
+    # The row each emitted token was drawn from: the root's, then each accepted node's.
+    rows = np.concatenate([np.zeros((nodes.shape[0], 1), dtype=np.int64), np.minimum(node + 1, n)], axis=1)
+    rows = rows[:, :width]
+    drawn_rows = np.where(inside[:, : rows.shape[1]], rows, 0)
+    stop_row = drawn_rows[samples, np.minimum(m, rows.shape[1] - 1)]
+    y = np.clip(tokens[samples, m], 0, vocab_size - 1)
+    children_tokens = np.zeros((n + 1, vocab_size), dtype=bool)
+    children_tokens[parents[first] + 1, ids[first]] = True
+    broken["the emitted token is a child's token of the node it stopped at"] = children_tokens[stop_row, y]
+    clipped = np.clip(tokens[:, : rows.shape[1]], 0, vocab_size - 1)
+    if inputs.greedy:
+        argmax = greedy_token(inputs.target_logits).reshape(n + 1)
+        broken[f"a greedy row emits another token than its argmax ({argmax.tolist()})"] = (
+            inside[:, : rows.shape[1]] & (clipped != argmax[drawn_rows])
+        ).any(axis=1)
+    else:
+        broken["an emitted or accepted token has target probability 0 at its row"] = (
+            inside[:, : rows.shape[1]] & (law.target_probs[drawn_rows, clipped] == 0.0)
+        ).any(axis=1)
+    if logprobs is not None:
+        lp = logprobs[:, :width]
+        broken["logprobs not NaN exactly after the emitted tokens"] = (inside == np.isnan(lp)).any(axis=1)
+        laws = log_law(inputs.target_logits, np.full(n + 1, 1.0 if inputs.greedy else inputs.temperature))
+        k = drawn_rows
+        tolerance = laws.tolerance[k, clipped] + (0.0 if slack is None else slack[k])
+        ok = logprob_ok(lp[:, : rows.shape[1]], laws.log_probs[k, clipped], tolerance)
+        broken["a logprob off the target log-probability"] = (inside[:, : rows.shape[1]] & ~ok).any(axis=1)
+    return broken
+
+
 @dataclass(frozen=True)
 class Violations:
     """How many samples of an output break an invariant, ``(request, position, description)`` of the
@@ -145,12 +230,18 @@ def find_violations(
     tokens_all = output.token_ids.detach().cpu().numpy().astype(np.int64)
     emitted_all = output.num_emitted.detach().cpu().numpy().astype(np.int64)
     logprobs = None if output.logprobs is None else output.logprobs.detach().cpu().numpy()
+    nodes_all = None if output.accepted_nodes is None else output.accepted_nodes.detach().cpu().numpy()
     for b, (inputs, law) in enumerate(zip(checked.inputs, checked.laws, strict=True)):
         rows = slice(b * num_trials, (b + 1) * num_trials)
         tokens, emitted = tokens_all[rows], emitted_all[rows]
         lp = None if logprobs is None else logprobs[rows]
         slack = checked.pivot_slack[b]
-        broken = broken_invariants(method, checked.batch.vocab_size, inputs, law, tokens, emitted, lp, slack)
+        vocab_size = checked.batch.vocab_size
+        if method.verifies_tree:
+            nodes = None if nodes_all is None else nodes_all[rows].astype(np.int64)
+            broken = broken_tree_invariants(vocab_size, inputs, law, tokens, emitted, lp, nodes, slack)
+        else:
+            broken = broken_invariants(method, vocab_size, inputs, law, tokens, emitted, lp, slack)
         bad = np.logical_or.reduce(list(broken.values()))
         count += int(bad.sum())
         for t in np.nonzero(bad)[0][: max(0, limit - len(descriptions))]:

@@ -1,8 +1,10 @@
 """The law of ``m``: the number of accepted drafts follows the exact law, request by request.
 
 Exact binomial tests: the count of each ``m = j`` against ``Bin(N, P(m = j))``, and at each position
-``i`` the acceptances among the trials that reached it against ``Bin(reached, a_i)``. Holm combines
-all of them at level ``alpha``. ``detectable``: the absolute deviation of a probability
+``i`` the acceptances among the trials that reached it against ``Bin(reached, a_i)``. On a tree the
+same tests run on its stop rows (which node the walk stopped at: its accepted path) and on each
+node's acceptance among the trials that reached its parent. Holm combines all of them at level
+``alpha``. ``detectable``: the absolute deviation of a probability
 ``P(m = j)`` detected with power 0.999 (at Holm's first level ``alpha / k``), the largest over cells
 and requests. A failure shows the cells of ``m`` (or a position's acceptances and rejections) that
 weigh most, and the deviation of the decisive probability.
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -42,40 +45,55 @@ def components(
     for b, law in enumerate(checked.laws):
         if checked.ambiguous[b]:
             continue
-        _, emitted = trials.request_rows(b)
         n = law.accept_probs.shape[0]
-        m = emitted - 1
-        size = m.shape[0]
-        impossible = int(np.sum((m < 0) | (m > n)))
-        counts = np.bincount(np.clip(m, 0, n), minlength=n + 1)
-        m_cells = [Cell(f"m={j}", int(counts[j]), size * float(law.stop_probs[j])) for j in range(n + 1)]
+        stop, _ = trials.outcomes(b)
+        parents = checked.inputs[b].tree_parent
+        name, draft = _names(parents)
+        size = stop.shape[0]
+        impossible = int(np.sum(stop < 0))
+        counts = np.bincount(np.clip(stop, 0, n), minlength=n + 1)
+        m_cells = [Cell(name(j), int(counts[j]), size * float(law.stop_probs[j])) for j in range(n + 1)]
         if impossible:
-            what = f"{impossible} trials with m outside [0, {n}]"
-            outside = Cell(f"m outside [0, {n}]", impossible, 0.0)
+            what = (
+                f"{impossible} trials with m outside [0, {n}]"
+                if parents is None
+                else f"{impossible} trials with no path of the tree"
+            )
+            outside = Cell(f"m outside [0, {n}]" if parents is None else "off the tree", impossible, 0.0)
             explain = functools.partial(Detail, (outside, *heaviest(m_cells)[:-1]), impossible / size)
             tests.append(Component(b, None, 0.0, float(impossible), what, explain))
         for j in range(n + 1):
             p = float(law.stop_probs[j])
             pvalue = float(stats.binomial_pvalues(counts[j], size, p))
-            what = f"m={j} in {counts[j]}/{size} trials, P={p:.4g}"
+            what = f"{name(j)} in {counts[j]}/{size} trials, P={p:.4g}"
             others = m_cells[:j] + m_cells[j + 1 :]
             explain = functools.partial(_m_detail, m_cells[j], others, size, p)
             tests.append(Component(b, j, pvalue, counts[j] / size, what, explain))
             cells.append((size, p))
+        through = trials.passes(b)
         for i in range(n):
-            reached = int(np.sum(m >= i))
+            parent_row = i if parents is None else int(parents[i]) + 1
+            reached = int(np.sum(through[:, parent_row]))
             if reached == 0:
                 continue
-            accepted = int(np.sum(m >= i + 1))
+            accepted = int(np.sum(through[:, parent_row] & through[:, i + 1]))
             a = float(law.accept_probs[i])
             pvalue = float(stats.binomial_pvalues(accepted, reached, a))
-            what = f"draft {i} accepted in {accepted}/{reached} trials, rate {a:.4g}"
-            labels = (f"draft {i} accepted, of {reached} reaching it", f"draft {i} rejected")
+            what = f"{draft(i)} accepted in {accepted}/{reached} trials, rate {a:.4g}"
+            labels = (f"{draft(i)} accepted, of {reached} reaching it", f"{draft(i)} rejected")
             explain = functools.partial(binomial_detail, labels, accepted, reached, a, heaviest(m_cells, 3))
             tests.append(Component(b, i, pvalue, accepted / reached, what, explain))
     level = alpha / max(len(tests), 1)
     detectable = max([stats.binomial_detectable(size, p, level) for size, p in cells], default=math.inf)
     return tests, Deviation(detectable, "probability")
+
+
+def _names(parents: object) -> tuple[Callable[[int], str], Callable[[int], str]]:
+    """How the cells of a request's law and its drafts are named: ``m=j`` and ``draft i`` on a chain;
+    on a tree (``parents`` given) ``stop at node v`` (``at the root``) and ``node i``."""
+    if parents is None:
+        return (lambda j: f"m={j}"), (lambda i: f"draft {i}")
+    return (lambda j: "stop at the root" if j == 0 else f"stop at node {j - 1}"), (lambda i: f"node {i}")
 
 
 def _m_detail(tested: Cell, others: list[Cell], size: int, prob: float) -> Detail:

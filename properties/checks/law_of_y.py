@@ -3,7 +3,8 @@
 Per request: a G-test of the joint law of ``(m, y)``, a G-test of ``y`` given each ``m = j`` that
 occurred (cells pooled by probability rank, every pooled cell expecting >= 20; one observation of
 probability 0 rejects, which covers the zero-probability tokens), and exact binomial tests of
-`bug_shaped_sets` given each ``m = j``. Holm combines all of them at level ``alpha``.
+`bug_shaped_sets` given each ``m = j``. On a tree, ``m`` is the stop row (which node the walk stopped
+at), so the joint law is the law of the emitted sequence. Holm combines all of them at level ``alpha``.
 ``detectable``: the total variation on the joint law of ``(m, y)`` detected with power 0.999 (at
 Holm's first level ``alpha / k``), the largest over requests. A failure shows the outcomes that weigh
 most in its decisive test (those of probability 0 first) and the total variation it saw.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 
 import numpy as np
 import numpy.typing as npt
@@ -74,18 +76,16 @@ def components(
     for b, law in enumerate(checked.laws):
         if checked.ambiguous[b]:
             continue
-        tokens, emitted = trials.request_rows(b)
         n = law.accept_probs.shape[0]
-        m = emitted - 1
-        ok = (m >= 0) & (m <= n)
-        y = np.where(ok, tokens[np.arange(m.shape[0]), np.clip(m, 0, tokens.shape[1] - 1)], -1)
-        ok &= (y >= 0) & (y < vocab_size)
+        parents = checked.inputs[b].tree_parent
+        words = stop_words(parents)
+        m, y = trials.outcomes(b)
+        ok = (m >= 0) & (y >= 0)
         if not ok.all():
             bad = int(np.sum(~ok))
-            explain = functools.partial(impossible_detail, "m or y out of range", bad, m.size)
-            tests.append(
-                Component(b, None, 0.0, float(bad), f"{bad} trials with m or y out of range", explain)
-            )
+            what = "m or y out of range" if parents is None else "no path of the tree or y out of range"
+            explain = functools.partial(impossible_detail, what, bad, m.size)
+            tests.append(Component(b, None, 0.0, float(bad), f"{bad} trials with {what}", explain))
         m, y = m[ok], y[ok]
         if m.size == 0 or (n + 1) * vocab_size == 1:
             continue  # a request with one possible outcome has no law to get wrong
@@ -94,10 +94,13 @@ def components(
         joint = np.bincount(m * vocab_size + y, minlength=(n + 1) * vocab_size).astype(np.float64)
         fit = stats.GoodnessOfFit(joint_law, m.size)
         pvalue = float(fit.pvalues(joint))
-        what = f"joint law of (m, y): G over {pooled_cells(fit.num_groups)}, N={m.size}"
+        pair = "(m, y)" if parents is None else "(stop node, y)"
+        what = f"joint law of {pair}: G over {pooled_cells(fit.num_groups)}, N={m.size}"
         if pvalue == 0.0:
-            what += impossible_note(joint_law, joint, lambda i: _joint_name(i, vocab_size))
-        explain = functools.partial(_joint_detail, law, m, y)
+            what += impossible_note(
+                joint_law, joint, functools.partial(_joint_name, vocab_size=vocab_size, words=words)
+            )
+        explain = functools.partial(_joint_detail, law, m, y, words)
         tests.append(Component(b, None, pvalue, float(fit.statistics(joint)), what, explain))
         joint = joint.reshape(n + 1, vocab_size)
         for j in range(n + 1):
@@ -106,18 +109,19 @@ def components(
                 continue
             fit, row = stats.GoodnessOfFit(law.token_probs[j], reached), joint[j]
             pvalue = float(fit.pvalues(row))
-            what = f"y given m={j}: G over {pooled_cells(fit.num_groups)}, N={reached}"
+            what = f"y given {words(j)}: G over {pooled_cells(fit.num_groups)}, N={reached}"
             if pvalue == 0.0:
                 what += impossible_note(law.token_probs[j], row, lambda t: f"token {t}")
-            explain = functools.partial(_given_detail, law, j, y[m == j])
+            explain = functools.partial(_given_detail, law, j, y[m == j], words)
             tests.append(Component(b, j, pvalue, float(fit.statistics(row)), what, explain))
-            draft = int(law.draft_token_ids[j]) if j < n else -1
+            # A chain's draft token at m = j is where bugs of the residual put mass (not on a tree).
+            draft = int(law.draft_token_ids[j]) if j < n and parents is None else -1
             for name, chosen in bug_shaped_sets(vocab_size, draft, block_size).items():
                 p = float(law.token_probs[j, chosen].sum())
                 hits = int(joint[j, chosen].sum())
                 pvalue = float(stats.binomial_pvalues(hits, reached, p))
-                what = f"y in {name} given m={j}: {hits}/{reached}, P={p:.4g}"
-                labels = (f"{name} given m={j}", f"other tokens given m={j}")
+                what = f"y in {name} given {words(j)}: {hits}/{reached}, P={p:.4g}"
+                labels = (f"{name} given {words(j)}", f"other tokens given {words(j)}")
                 explain = functools.partial(binomial_detail, labels, hits, reached, p)
                 tests.append(Component(b, j, pvalue, hits / reached, what, explain))
     level = alpha / max(len(tests), 1)
@@ -126,13 +130,21 @@ def components(
     return tests, Deviation(detectable, "total variation")
 
 
-def _joint_name(index: int, vocab_size: int) -> str:
+def stop_words(parents: object) -> Callable[[int], str]:
+    """A request's stop index in words: ``m=1`` on a chain; on a tree (``parents`` given) ``a stop at
+    node 0`` (``a stop at the root``)."""
+    if parents is None:
+        return lambda j: f"m={j}"
+    return lambda j: "a stop at the root" if j == 0 else f"a stop at node {j - 1}"
+
+
+def _joint_name(index: int, vocab_size: int, words: Callable[[int], str]) -> str:
     """Outcome ``index`` of a flattened joint law of ``(m, y)`` in words: ``"token 7 with m=1"``."""
     m, y = divmod(index, vocab_size)
-    return f"token {y} with m={m}"
+    return f"token {y} with {words(m)}"
 
 
-def _joint_detail(law: RequestLaw, m: I64Array, y: I64Array) -> Detail:
+def _joint_detail(law: RequestLaw, m: I64Array, y: I64Array, words: Callable[[int], str]) -> Detail:
     """The detail of the G-test of the joint law of ``(m, y)`` on trials ``(m, y)``."""
     vocab_size = law.token_probs.shape[1]
     joint_law = law.joint_probs().reshape(-1)
@@ -142,22 +154,22 @@ def _joint_detail(law: RequestLaw, m: I64Array, y: I64Array) -> Detail:
     def label(cell: stats.FitCell) -> str:
         stops, tokens = np.divmod(cell.members, vocab_size)
         if np.all(stops == stops[0]):
-            return outcome_label(tokens.tolist(), cell.probability, context=f" with m={stops[0]}")
+            return outcome_label(tokens.tolist(), cell.probability, context=f" with {words(int(stops[0]))}")
         if cell.members.size <= 3:
-            return ", ".join(_joint_name(int(i), vocab_size) for i in cell.members)
+            return ", ".join(_joint_name(int(i), vocab_size, words) for i in cell.members)
         mass = "probability 0" if cell.probability == 0 else f"total probability {cell.probability:.3g}"
         return f"{cell.members.size} outcomes (m, y) of {mass}"
 
     return fit_detail(fit, counts, label)
 
 
-def _given_detail(law: RequestLaw, j: int, y: I64Array) -> Detail:
+def _given_detail(law: RequestLaw, j: int, y: I64Array, words: Callable[[int], str]) -> Detail:
     """The detail of the G-test of ``y`` given ``m = j`` on the tokens ``y`` of the trials with ``m = j``."""
     probs = law.token_probs[j]
     fit = stats.GoodnessOfFit(probs, y.size)
     counts = np.bincount(y, minlength=probs.size)
     return fit_detail(
-        fit, counts, lambda c: outcome_label(c.members.tolist(), c.probability, context=f" given m={j}")
+        fit, counts, lambda c: outcome_label(c.members.tolist(), c.probability, context=f" given {words(j)}")
     )
 
 

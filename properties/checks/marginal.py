@@ -180,8 +180,10 @@ class Marginal(StatisticalCheck):
         self.max_elements = max_elements
 
     def applies(self, variant: Variant, batch: SpecBatch) -> bool:
-        """Only lossless methods keep the target's marginal, and only over more than one token."""
-        return METHODS[batch.method].lossless and batch.vocab_size > 1
+        """Only lossless chain methods keep the target's marginal, and only over more than one token (a
+        tree's drafts are its nodes: the law of the emitted sequence, `law_of_y`, is its whole law)."""
+        method = METHODS[batch.method]
+        return method.lossless and not method.verifies_tree and batch.vocab_size > 1
 
     def draw(self, variant: Variant, checked: CheckedBatch, settings: Settings) -> Trials:
         """Trials with every trial's drafts drawn afresh from ``q``."""

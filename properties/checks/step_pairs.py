@@ -166,14 +166,11 @@ class PairedTrials(Trials):
     partner: Trials | None = None
 
 
-def _outcomes(trials: Trials, request: int, vocab_size: int, width: int) -> I64Array:
-    """``m * V + y`` of each trial of ``request``; ``-1`` where ``m`` or ``y`` is out of range."""
-    tokens, emitted = trials.request_rows(request)
-    m = emitted - 1
-    ok = (m >= 0) & (m < width)
-    y = np.where(ok, tokens[np.arange(m.shape[0]), np.clip(m, 0, tokens.shape[1] - 1)], -1)
-    ok &= (y >= 0) & (y < vocab_size)
-    return np.where(ok, m * vocab_size + y, -1)
+def _outcomes(trials: Trials, request: int, vocab_size: int) -> I64Array:
+    """``m * V + y`` of each trial of ``request`` (on a tree, ``m`` its stop row: `Trials.outcomes`);
+    ``-1`` where ``m`` or ``y`` is out of range."""
+    m, y = trials.outcomes(request)
+    return np.where((m >= 0) & (y >= 0), m * vocab_size + y, -1)
 
 
 def pair_fit(coarse: Coarse, num_pairs: int, alpha: float = stats.DEFAULT_ALPHA) -> stats.GoodnessOfFit:
@@ -228,7 +225,7 @@ def components(
         n = law.accept_probs.shape[0]
         if (n + 1) * vocab_size == 1 or checked.ambiguous[b]:
             continue  # one possible outcome: nothing to get wrong
-        first, second = (_outcomes(t, b, vocab_size, n + 1) for t in (trials, trials.partner))
+        first, second = (_outcomes(t, b, vocab_size) for t in (trials, trials.partner))
         coarse = Coarse.of(law.joint_probs(), num_pairs)
         fit, counts = pair_fit(coarse, num_pairs), pair_counts(coarse, first, second)
         what = f"(m, y) at adjacent steps: G over {fit.num_groups} cells of the product law, N={num_pairs}"
