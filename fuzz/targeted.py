@@ -343,6 +343,78 @@ def _top_p_pivot(method: Method) -> SpecBatch:
     )
 
 
+# ---------------------------------------------------------------------------------------------
+# Tree verification (`reference.tree`): shapes for method "tree" only.
+
+# A star wider than a 32-entry sibling table: the children past it must still be accepted.
+WIDE_CHILDREN = 40
+
+
+def _likely_children(rng: np.random.Generator, row: np.ndarray, count: int) -> list[int]:
+    """``count`` distinct tokens that carry most of ``row``'s mass (its most likely first)."""
+    order = np.argsort(-row, kind="stable")
+    return [int(t) for t in order[:count]]
+
+
+def _tree(method: Method) -> SpecBatch:
+    """A bushy tree whose nodes hold their parents' likely tokens, two siblings repeating one token
+    (only the first is ever accepted) and a placeholder child; a greedy request's star beside it; a
+    request without drafts. Draft logits are given, a law far from the target's, which target-only
+    verification never reads.
+
+    Exposes a tree verified as a chain (M43: the root's second child and node 1's children are then
+    never accepted), a residual built from the draft law (M41), every node verified by argmax at
+    ``T > 0`` (M45), children accepted by ``min(1, p / q)`` (M46)."""
+    rng = np.random.default_rng(131)
+    target = _rows(rng, 8, 1.0)
+    parents = [-1, -1, 0, 0, 1, 1, 1]
+    first, second = _likely_children(rng, target[0], 2)
+    a, b = _likely_children(rng, target[1], 2)
+    (c,) = _likely_children(rng, target[2], 1)
+    ids = [first, second, a, b, c, c, -1]  # nodes 4 and 5 repeat token c under node 1
+    draft = -_rows(rng, 7, 1.0)
+    greedy = _rows(rng, 4)
+    greedy_ids = _likely_children(rng, greedy[0], 3)
+    return make_batch(
+        [
+            RequestData(target, ids, draft, temperature=1.0, seed=141, tree_parent=parents),
+            RequestData(
+                greedy, greedy_ids, _rows(rng, 3), temperature=0.0, seed=142, tree_parent=[-1, -1, -1]
+            ),
+            RequestData(_rows(rng, 1), [], np.zeros((0, VOCAB)), temperature=0.8, seed=143, tree_parent=[]),
+        ],
+        method=method,
+    )
+
+
+def _wide_tree(method: Method) -> SpecBatch:
+    """A root with `WIDE_CHILDREN` children over a vocabulary of 64, the likeliest tokens last (from the
+    33rd child on): a sibling table of 32 entries drops the children that carry most of the mass
+    (M42)."""
+    rng = np.random.default_rng(151)
+    vocab = 64
+    target = rng.normal(size=(WIDE_CHILDREN + 1, vocab))
+    order = [int(t) for t in np.argsort(-target[0], kind="stable")[:WIDE_CHILDREN]]
+    ids = order[8:] + order[:8]  # the eight likeliest tokens are children 32 to 39
+    return make_batch(
+        [RequestData(target, ids, None, temperature=1.0, seed=152, tree_parent=[-1] * WIDE_CHILDREN)],
+        method=method,
+    )
+
+
+def _ragged_trees(method: Method) -> SpecBatch:
+    """Deep trees of different sizes in one batch, each node holding its parent's likeliest token, so
+    walks run deep: an ancestor walk that reads past its request into the next one's nodes (M44)
+    takes another request's parents for its own."""
+    rng = np.random.default_rng(161)
+    requests = []
+    for seed, parents in enumerate([[-1, 0, 1, 2, 0], [-1, 0, 0, 1, 3, 4], [-1, -1, 1], [-1, 0, 1, 2]]):
+        target = _rows(rng, len(parents) + 1, 2.0)
+        ids = [_likely_children(rng, target[p + 1], 1)[0] for p in parents]
+        requests.append(RequestData(target, ids, None, temperature=1.0, seed=171 + seed, tree_parent=parents))
+    return make_batch(requests, method=method)
+
+
 # The shapes, each built for every method whose row in `reference.methods.METHODS` names it, with the
 # mutants each is built to expose.
 SHAPES: dict[str, Callable[[Method], SpecBatch]] = {
@@ -359,6 +431,9 @@ SHAPES: dict[str, Callable[[Method], SpecBatch]] = {
     "min-p near 1": _min_p_near_one,  # M34
     "mixed filters": _mixed_filters,  # M38 M39
     "top-p pivot": _top_p_pivot,  # M40
+    "tree": _tree,  # M41 M43 M45 M46
+    "wide tree": _wide_tree,  # M42
+    "ragged trees": _ragged_trees,  # M44
 }
 
 

@@ -7,33 +7,42 @@ runs the walk on streams of its own that repeat shifted across steps, M32 mishan
 draft row (one equal to its target row) and nothing else. M33-M40 plant filtered-verification bugs
 (`reference.filters`): each declares every filter, as the walk does, and is the walk on a batch
 without sampling parameters; most read the rows through a `reference.law.BatchRows` whose filtering
-misbehaves.
+misbehaves. M41-M46 plant tree-verification bugs (`reference.tree`) in the walk's tree stages and
+declare method ``"tree"`` alone; the others plant chain bugs and are checked on the chain methods.
 `MUTANTS` maps the id to where it lives and which checks are expected to kill it; docs/bugs.md lists
 each bug with its public source.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from dataclasses import dataclass
 
-from specsample.reference.contract import Variant
+from specsample.reference.contract import Variant, capabilities
+from specsample.reference.methods import CHAIN_METHODS
 
 
 @dataclass(frozen=True)
 class Mutant:
-    """A planted bug: its id, the class that plants it, what it is, and the checks expected to kill it."""
+    """A planted bug: its id, the class that plants it, what it is, the checks expected to kill it,
+    and the methods it is checked on (``None``: those its class declares)."""
 
     id: str
     spec: str  # MODULE:NAME of the class that plants it
     bug: str
     expected: tuple[str, ...]
     gpu_only: bool = False
+    methods: tuple[str, ...] | None = None
 
     def load(self) -> Variant:
-        """A fresh instance of the mutant."""
+        """A fresh instance of the mutant, its capabilities narrowed to ``methods``."""
         module, _, cls = self.spec.rpartition(":")
         variant: Variant = getattr(importlib.import_module(module), cls)()
+        if self.methods is not None:
+            declared = capabilities(variant)
+            narrowed = tuple(m for m in declared.methods if m in self.methods)
+            variant.capabilities = dataclasses.replace(declared, methods=narrowed)  # type: ignore[attr-defined]
         return variant
 
 
@@ -128,7 +137,30 @@ _PLANTED = {
         "top-p by a threshold search cut after 18 halvings",
         "invariants coupled",
     ),
+    "m41_tree_residual_from_draft_law:TreeResidualFromDraftLaw": (
+        "tree: token after a miss drawn from the draft law",
+        "law_of_y",
+    ),
+    "m42_siblings_past_32_dropped:SiblingsPast32Dropped": (
+        "tree: children past the 32nd dropped",
+        "invariants law_of_m",
+    ),
+    "m43_tree_as_chain:TreeAsChain": ("tree verified as a chain (first child only)", "invariants law_of_m"),
+    "m44_ancestors_past_request:AncestorsPastRequest": (
+        "tree: parents read past the request, into the next one's",
+        "invariants law_of_m",
+    ),
+    "m45_tree_argmax_at_temperature:TreeArgmaxAtTemperature": (
+        "tree: argmax at every node at T > 0",
+        "law_of_m law_of_y",
+    ),
+    "m46_children_by_ratio:ChildrenByRatio": (
+        "tree: children accepted one by one by min(1, p / q)",
+        "law_of_m",
+    ),
 }
+# The tree-verification mutants: every other one plants a chain bug, checked on the chain methods.
+_TREE = ("M41", "M42", "M43", "M44", "M45", "M46")
 # Mutants whose bug needs a batch past 2**31 logits in one call: they run in the GPU tier only.
 _GPU_TIER = ("M23",)
 
@@ -136,7 +168,10 @@ _GPU_TIER = ("M23",)
 def _mutant(spec: str, bug: str, expected: str) -> Mutant:
     """The `Mutant` of a row of `_PLANTED`."""
     id_ = spec[:3].upper()
-    return Mutant(id_, f"specsample.fuzz.mutants.{spec}", bug, tuple(expected.split()), id_ in _GPU_TIER)
+    methods = None if id_ in _TREE else CHAIN_METHODS
+    return Mutant(
+        id_, f"specsample.fuzz.mutants.{spec}", bug, tuple(expected.split()), id_ in _GPU_TIER, methods
+    )
 
 
 MUTANTS: dict[str, Mutant] = {m.id: m for m in (_mutant(spec, *row) for spec, row in _PLANTED.items())}
