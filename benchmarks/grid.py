@@ -37,8 +37,14 @@ VOCAB_SIZES = (32000, 128256, 151936, 262144)
 DTYPES = ("fp32", "bf16")
 LAYOUTS = ("flat", "slotted")
 TEMPERATURES = (1.0, 0.0)
-# The methods of the method table the Triton kernels have a branch for.
-METHODS = KERNEL_METHODS
+# The chain methods the Triton kernels have a branch for (trees have cases of their own, `TREES`).
+METHODS = tuple(m for m in KERNEL_METHODS if not METHOD_TABLE[m].verifies_tree)
+# Tree verification's shapes (issue 31): EAGLE-2-like trees of (nodes, depth), at these batches.
+TREES = ((16, 5), (32, 6), (64, 8))
+TREE_BATCH_SIZES = (1, 16, 64)
+TREE_VOCAB_SIZES = (128256, 151936)
+# An EAGLE-2-like tree expands the likeliest few nodes of each level.
+TREE_EXPANDED = 4
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 # Target logits are N(0, LOGIT_SCALE^2): a few tokens carry most of the mass at T = 1, as in a
@@ -54,16 +60,17 @@ class Case:
     """One benchmark shape.
 
     Attributes:
-        method: ``"probabilistic"``, ``"strict"``, ``"synthetic"`` or ``"block"``.
+        method: ``"probabilistic"``, ``"strict"``, ``"synthetic"``, ``"block"`` or ``"tree"``.
         dtype: ``"fp32"`` or ``"bf16"``, for target and draft logits alike.
-        layout: ``"flat"`` (``[D, V]`` drafts) or ``"slotted"`` (``[B, n, V]`` read through a
-            permuted ``draft_slot``).
+        layout: ``"flat"`` (``[D, V]`` drafts), ``"slotted"`` (``[B, n, V]`` read through a
+            permuted ``draft_slot``) or ``"one-hot"`` (no draft logits: tree verification's).
         temperature: the temperature of every request; ``0`` is greedy.
         batch: ``B``, the number of requests.
-        num_drafts: ``n``, drafts per request (every request has the same count).
+        num_drafts: ``n``, drafts per request (every request has the same count); a tree's nodes.
         vocab: ``V``.
         filters: the sampling parameters of every request, ``(name, value)`` pairs of ``top_k``,
             ``top_p`` and ``min_p`` (none by default: the unfiltered law).
+        depth: a tree's depth (`eagle_tree`); 0 for the chain methods.
     """
 
     method: str
@@ -74,15 +81,18 @@ class Case:
     num_drafts: int
     vocab: int
     filters: tuple[tuple[str, float], ...] = ()
+    depth: int = 0
 
     @property
     def id(self) -> str:
         """A stable test id such as ``probabilistic-fp32-flat-T1-B64-n4-V128256``, with the filters
-        after it when there are any (``...-V128256-top_k50-top_p0.9-min_p0.05``)."""
+        after it when there are any (``...-V128256-top_k50-top_p0.9-min_p0.05``) and a tree's depth
+        (``tree-fp32-one-hot-T1-B16-n64-V128256-depth8``)."""
         filters = "".join(f"-{name}{value:g}" for name, value in self.filters)
+        depth = f"-depth{self.depth}" if self.depth else ""
         return (
             f"{self.method}-{self.dtype}-{self.layout}-T{self.temperature:g}"
-            f"-B{self.batch}-n{self.num_drafts}-V{self.vocab}{filters}"
+            f"-B{self.batch}-n{self.num_drafts}-V{self.vocab}{filters}{depth}"
         )
 
     @property
@@ -109,8 +119,9 @@ def min_bytes(case: Case) -> int:
 
     Small inputs: ``draft_token_ids`` (int64), ``cu_num_drafts`` (int32), ``temperature`` (fp32),
     ``seed`` and ``step`` (int64), ``draft_slot`` (int64) when slotted, ``synthetic_rates`` (fp64)
-    when synthetic. Outputs: ``token_ids`` (int64) and ``logprobs`` (fp32) ``[B, n + 1]``,
-    ``num_emitted`` (int32) ``[B]``.
+    when synthetic, ``tree_parent`` (int64) for a tree. Outputs: ``token_ids`` (int64) and
+    ``logprobs`` (fp32) ``[B, n + 1]``, ``num_emitted`` (int32) ``[B]``, and a tree's
+    ``accepted_nodes`` (int32) ``[B, n]``. A tree's floor is thus reading each node's target row once.
     """
     b, n = case.batch, case.num_drafts
     small = 8 * b * n + 4 * (b + 1) + 4 * b + 8 * b + 8 * b
@@ -119,6 +130,9 @@ def min_bytes(case: Case) -> int:
     if METHOD_TABLE[case.method].takes_rates:
         small += 8 * n
     outputs = 8 * b * (n + 1) + 4 * b * (n + 1) + 4 * b
+    if METHOD_TABLE[case.method].verifies_tree:
+        small += 8 * b * n
+        outputs += 4 * b * n
     return case.logit_bytes + small + outputs
 
 
@@ -151,6 +165,9 @@ def _gate_cases() -> tuple[Case, ...]:
         dataclasses.replace(base, filters=TOP_K_P_MIN_P),
         Case("probabilistic", "fp32", "flat", 1.0, 1, 4, 128256, TOP_K_P_MIN_P),
         dataclasses.replace(base, filters=TOP_P),
+        # Tree verification: B = 16 with 64-node trees (issue 31's target), and one request.
+        Case("tree", "fp32", "one-hot", 1.0, 16, 64, 128256, depth=8),
+        Case("tree", "fp32", "one-hot", 1.0, 1, 64, 128256, depth=8),
     )
 
 
@@ -175,7 +192,8 @@ def full_grid() -> tuple[Case, ...]:
     """Every case of the grid of docs/design.md: 4 batches x 3 draft counts x 4 vocabs x 2 dtypes
     x 2 layouts x 2 temperatures x 4 methods (1536 cases), ordered so cases sharing logits run
     together; then filtered verification's cases: probabilistic, flat drafts, ``T = 1``, ``n = 4``,
-    ``V = 128256``, 4 batches x 2 dtypes x 2 filter settings (16 cases)."""
+    ``V = 128256``, 4 batches x 2 dtypes x 2 filter settings (16 cases); then tree verification's:
+    3 trees x 3 batches x 2 vocabs x 2 dtypes x 2 temperatures (72 cases)."""
     unfiltered = tuple(
         Case(method, dtype, layout, temperature, batch, num_drafts, vocab)
         for dtype, batch, num_drafts, vocab, layout, temperature, method in itertools.product(
@@ -186,13 +204,19 @@ def full_grid() -> tuple[Case, ...]:
         Case("probabilistic", dtype, "flat", 1.0, batch, 4, 128256, filters)
         for dtype, batch, filters in itertools.product(DTYPES, BATCH_SIZES, (TOP_K_P_MIN_P, TOP_P))
     )
-    return unfiltered + filtered
+    trees = tuple(
+        Case("tree", dtype, "one-hot", temperature, batch, nodes, vocab, depth=depth)
+        for dtype, batch, (nodes, depth), vocab, temperature in itertools.product(
+            DTYPES, TREE_BATCH_SIZES, TREES, TREE_VOCAB_SIZES, TEMPERATURES
+        )
+    )
+    return unfiltered + filtered + trees
 
 
 def _smoke_cases() -> tuple[Case, ...]:
     # Every method, dtype, layout and temperature, at a vocabulary of two 4096-token tiles so the
-    # split combine runs, and two requests so the per-request offsets matter; and one filtered case
-    # (run for the samplers that declare its filters).
+    # split combine runs, and two requests so the per-request offsets matter; one filtered case (run
+    # for the samplers that declare its filters) and one tree (for those that verify trees).
     axes = itertools.product(METHODS, DTYPES, LAYOUTS, TEMPERATURES)
     return (
         *(
@@ -200,6 +224,7 @@ def _smoke_cases() -> tuple[Case, ...]:
             for method, dtype, layout, temperature in axes
         ),
         Case("probabilistic", "fp32", "flat", 1.0, 2, 2, 5000, TOP_K_P_MIN_P),
+        Case("tree", "fp32", "one-hot", 1.0, 2, 6, 5000, depth=3),
     )
 
 
@@ -214,12 +239,15 @@ def make_inputs(case: Case, device: torch.device | str, seed: int = 0) -> SpecBa
     whose slots are a random permutation of the requests, so the sampler must read through
     ``draft_slot``. Every request shares the case's method, temperature and draft count; seeds
     differ. Cases that differ only in method or temperature can share the logits via `specialise`.
+    A tree case's requests are each an `eagle_tree` (`_tree_inputs`).
     """
     device = torch.device(device)
     generator = torch.Generator(device=device).manual_seed(seed)
     b, n, v = case.batch, case.num_drafts, case.vocab
     dtype = TORCH_DTYPES[case.dtype]
     target = torch.randn(b, n + 1, v, device=device, generator=generator).mul_(LOGIT_SCALE)
+    if METHOD_TABLE[case.method].verifies_tree:
+        return _tree_inputs(case, target, generator, seed)
     draft = (
         target[:, :n]
         .clone()
@@ -245,6 +273,55 @@ def make_inputs(case: Case, device: torch.device | str, seed: int = 0) -> SpecBa
         step=torch.zeros(b, dtype=torch.int64, device=device),
         draft_slot=draft_slot,
         max_num_drafts=n,
+    )
+    batch = specialise(batch, case)
+    batch.validate(check_values=False)
+    return batch
+
+
+def eagle_tree(num_nodes: int, depth: int) -> list[int]:
+    """The parents of an EAGLE-2-like tree of ``num_nodes`` draft nodes and ``depth`` levels (``-1``:
+    the root): the nodes split as evenly as they go over the levels, the first `TREE_EXPANDED` nodes
+    of each level (a drafter's likeliest) the parents of the next, in turn."""
+    if not 1 <= depth <= num_nodes:
+        raise ValueError(f"depth is {depth}; expected 1 <= depth <= num_nodes = {num_nodes}")
+    sizes = [num_nodes // depth + (level < num_nodes % depth) for level in range(depth)]
+    parents: list[int] = []
+    previous = [-1]
+    for size in sizes:
+        first = len(parents)
+        expanded = previous[:TREE_EXPANDED]
+        parents += [expanded[i % len(expanded)] for i in range(size)]
+        previous = list(range(first, first + size))
+    return parents
+
+
+def _tree_inputs(case: Case, target: torch.Tensor, generator: torch.Generator, seed: int) -> SpecBatch:
+    """A tree case's batch: every request an `eagle_tree` over ``target`` ``[B, n + 1, V]``, each node's
+    token its rank among its siblings in its parent's row plus Gaussian noise (the first child the
+    likeliest, as a drafter proposes), no draft logits."""
+    b, n, v = target.shape[0], case.num_drafts, case.vocab
+    device = target.device
+    parents = eagle_tree(n, case.depth)
+    rank = [parents[:node].count(parents[node]) for node in range(n)]
+    noisy = target.clone().add_(
+        torch.randn(target.shape, device=device, generator=generator), alpha=DRAFT_NOISE
+    )
+    ranked = noisy.topk(max(rank) + 1, dim=-1).indices  # [B, n + 1, ranks]
+    del noisy
+    rows = torch.tensor([parent + 1 for parent in parents], device=device)
+    tokens = ranked[:, rows, torch.tensor(rank, device=device)]  # [B, n]
+    batch = SpecBatch(
+        target_logits=target.reshape(b * (n + 1), v).to(TORCH_DTYPES[case.dtype]),
+        draft_logits=None,
+        draft_token_ids=tokens.reshape(-1).contiguous(),
+        cu_num_drafts=torch.arange(0, b * n + 1, n, dtype=torch.int32, device=device),
+        temperature=torch.ones(b, dtype=torch.float32, device=device),
+        seed=torch.arange(seed * b, (seed + 1) * b, dtype=torch.int64, device=device),
+        step=torch.zeros(b, dtype=torch.int64, device=device),
+        max_num_drafts=n,
+        method="tree",
+        tree_parent=torch.tensor(parents * b, dtype=torch.int64, device=device),
     )
     batch = specialise(batch, case)
     batch.validate(check_values=False)

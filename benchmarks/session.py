@@ -76,7 +76,7 @@ class BenchSession:
 
     def inputs(self, case: Case) -> SpecBatch:
         """The batch of ``case``, sharing logits with the previous case when they agree."""
-        key = (case.dtype, case.batch, case.num_drafts, case.vocab, case.layout)
+        key = (case.dtype, case.batch, case.num_drafts, case.vocab, case.layout, case.depth)
         if self._inputs is None or self._inputs[0] != key:
             self._inputs = None  # frees the previous logits before the next are allocated
             self._inputs = (key, make_inputs(case, self.device))

@@ -15,7 +15,9 @@ from specsample.benchmarks.grid import (
     GATE_CASES,
     SMOKE_CASES,
     TOP_K_P_MIN_P,
+    TREES,
     Case,
+    eagle_tree,
     full_grid,
     make_inputs,
     min_bytes,
@@ -44,10 +46,35 @@ def test_draft_logits_count_only_where_the_law_needs_them() -> None:
 def test_grids_cover_the_design() -> None:
     """The full grid is the cross product of docs/design.md; the gate and smoke cases are distinct cases."""
     full = full_grid()
-    assert len({c.id for c in full}) == len(full) == 4 * 3 * 4 * 2 * 2 * 2 * 4 + 4 * 2 * 2
+    assert len({c.id for c in full}) == len(full) == 4 * 3 * 4 * 2 * 2 * 2 * 4 + 4 * 2 * 2 + 3 * 3 * 2 * 2 * 2
     assert sum(bool(c.filters) for c in full) == 16
+    assert sum(c.method == "tree" for c in full) == 72
     assert set(GATE_CASES) <= set(full)
-    assert len(set(SMOKE_CASES)) == len(SMOKE_CASES) == 4 * 2 * 2 * 2 + 1
+    assert len(set(SMOKE_CASES)) == len(SMOKE_CASES) == 4 * 2 * 2 * 2 + 2
+
+
+def test_tree_cases_hold_eagle_trees() -> None:
+    """A tree case's requests are each the case's EAGLE-2-like tree: nodes over its depth, the first
+    nodes of each level the parents of the next, each node's token its rank among its siblings in its
+    parent's row (the first child the likeliest)."""
+    assert eagle_tree(16, 5) == [-1, -1, -1, -1, 0, 1, 2, 4, 5, 6, 7, 8, 9, 10, 11, 12]
+    for nodes, depth in TREES:
+        parents = eagle_tree(nodes, depth)
+        levels = [0] * nodes
+        for node, parent in enumerate(parents):
+            assert -1 <= parent < node
+            levels[node] = 1 if parent < 0 else levels[parent] + 1
+        assert max(levels) == depth
+    case = Case("tree", "fp32", "one-hot", 1.0, 2, 16, 300, depth=5)
+    batch = make_inputs(case, "cpu")
+    batch.validate()
+    assert batch.draft_logits is None and batch.tree_parent is not None
+    assert batch.tree_parent.tolist() == eagle_tree(16, 5) * 2
+    assert min_bytes(case) == 2 * 17 * 300 * 4 + (8 * 32 + 4 * 3 + 4 * 2 + 16 + 16 + 8 * 32) + (
+        8 * 34 + 4 * 34 + 8 + 4 * 32
+    )
+    with pytest.raises(ValueError, match="depth"):
+        eagle_tree(4, 5)
 
 
 def test_slotted_inputs_read_through_the_slots() -> None:

@@ -30,6 +30,7 @@ def case_info(case: Case, variant_name: str) -> dict[str, Any]:
         "num_drafts": case.num_drafts,
         "vocab": case.vocab,
         "filters": [list(pair) for pair in case.filters],
+        "depth": case.depth,
         "bytes": min_bytes(case),
     }
 

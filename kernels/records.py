@@ -87,10 +87,12 @@ GEOMETRY = record(
     "num_rates",
     "counter",
     "stop_flag",
+    "ticket",
     "row_float",
     "row_int",
     "num_requests",  # B, read by the rows plan only
     "max_num_drafts",  # max_n, read by the rows plan only
+    "vocab_size",  # V, read by the rows plan only
     "info_int",
     "info_float",
     "block_scale",
@@ -106,7 +108,7 @@ class WorkspaceRecord:
         name: the `GEOMETRY` field where kernels find it, if it is one; ``<name>_ptr`` is the kernel
             parameter that takes it as a pointer (a view of the workspace), where ``pointer``.
         dtype: the name of its torch dtype.
-        per: what it has one entry per: ``"row"`` (``B * (max_n + 1)``), ``"request"``,
+        per: what it has one entry per: ``"row"`` (``B * (max_n + 1)``), ``"request"``, ``"call"`` (one),
             ``"block"`` (a final row's blocks, ``B * num_blocks``) or ``"split"`` (a row's splits,
             ``B * (max_n + 1) * num_splits``).
         width: fields per entry (a layout's ``SIZE``).
@@ -125,11 +127,14 @@ class WorkspaceRecord:
 
 
 WORKSPACE = (
-    # The splits finished per row.
+    # The splits finished per row (a tree's row: `rejection_kernels.TREE_SKIPPED` where it lies off
+    # the path, num_splits + 1 once decided).
     WorkspaceRecord("counter", "int32", "row", pointer=False, zeroed=True),
     # max_n + 1 - j for a request's first rejection j (the statistics pass); for a sampled block
     # verification request, m, its largest kept index (the keep step).
     WorkspaceRecord("stop_flag", "int32", "request", pointer=False, zeroed=True),
+    # Tree verification: the statistics pass's programs taken so far (each takes its row by ticket).
+    WorkspaceRecord("ticket", "int32", "call", pointer=False, zeroed=True),
     WorkspaceRecord("row_float", "float32", "row", ROW_FLOAT.SIZE.value, pointer=False),
     WorkspaceRecord("row_int", "int32", "row", ROW_INT.SIZE.value, pointer=False),
     WorkspaceRecord("info_float", "float32", "request", INFO_FLOAT.SIZE.value),

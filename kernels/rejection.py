@@ -102,7 +102,7 @@ MAX_ROW_ALIGN = 16
 STRICT_BLOCK_V, STRICT_WARPS = 1024, 4
 MAX_POS_BLOCK = 16
 # The methods the kernels have a branch for (their ``METHOD`` codes).
-KERNEL_METHODS = ("strict", "probabilistic", "synthetic", "block")
+KERNEL_METHODS = ("strict", "probabilistic", "synthetic", "block", "tree")
 # A small batch has too few splits to fill the GPU with sampling programs; the sampling pass then
 # cuts each split into parts of whole tiles, up to this many programs. Its result is the same: each
 # block's mass is its own, however the row is cut. (Cutting every batch's splits into one-tile parts,
@@ -119,7 +119,7 @@ EMIT_WARPS = 4
 # Register caps of the statistics pass per method (probabilistic, strict, synthetic). Left alone,
 # ptxas gives it 80 / 124 / 80 registers for the rarely run row-finishing code; under these caps
 # it needs no spill (sm_90, `cuobjdump -res-usage`) and more programs fit on an SM.
-STATS_MAX_REGISTERS = {0: 56, 1: 80, 2: 56, 3: 56}
+STATS_MAX_REGISTERS = {0: 56, 1: 80, 2: 56, 3: 56, 4: 80}
 
 
 @dataclass(frozen=True)
@@ -204,7 +204,7 @@ INPUT_BUFFERS = (
     "draft_slot_ptr", "rates_ptr",
 )  # fmt: skip
 RECORD_BUFFERS = tuple(f"{work.name}_ptr" for work in WORKSPACE if work.pointer)
-OUTPUT_BUFFERS = ("token_ids_ptr", "logprobs_ptr", "num_emitted_ptr")
+OUTPUT_BUFFERS = ("token_ids_ptr", "logprobs_ptr", "num_emitted_ptr", "accepted_nodes_ptr")
 CALL_BUFFERS = frozenset({*INPUT_BUFFERS, "work_ptr", "geometry_ptr", *RECORD_BUFFERS, *OUTPUT_BUFFERS})
 
 
@@ -223,6 +223,7 @@ class Plan:
             (`_workspace_layout`).
         sample_splits: programs of the sampling pass per request (`SAMPLE_PROGRAMS`).
         launches: the kernel launches, in order, with the call's buffers left open.
+        tree: whether the output lists accepted nodes (tree verification).
     """
 
     num_requests: int
@@ -233,6 +234,7 @@ class Plan:
     geometry: torch.Tensor
     sample_splits: int
     launches: tuple[launch.Launch, ...]
+    tree: bool = False
 
 
 def _workspace_layout(
@@ -251,7 +253,7 @@ def _workspace_layout(
         zero-initialised words.
     """
     num_rows = num_requests * width
-    entries = {"row": num_rows, "request": num_requests, "block": num_requests * num_blocks}
+    entries = {"row": num_rows, "request": num_requests, "block": num_requests * num_blocks, "call": 1}
     entries["split"] = num_rows * num_splits
     placed = []
     words = SPLIT.SIZE.value * _aligned(num_rows * num_splits)
@@ -305,6 +307,7 @@ def _read_bounds(batch: SpecBatch, num_draft_rows: int, slot_capacity: int) -> d
         num_rates=0 if rates is None else rates.shape[0],
         num_requests=batch.num_requests,
         max_num_drafts=batch.resolved_max_num_drafts(),
+        vocab_size=batch.vocab_size,
     )
 
 
@@ -382,6 +385,19 @@ def make_plan(batch: SpecBatch) -> Plan:
                 options=dict(num_warps=STATS_WARPS, **dependent), buffers=CALL_BUFFERS,
             )
         )  # fmt: skip
+    if rules.verifies_tree:
+        # Every row drew its token in the statistics pass; one program per request walks its tree.
+        launches.append(
+            launch.Launch.of(
+                jit.tree_walk_kernel, (num_requests, 1, 1),
+                values=dict(
+                    vocab_size=vocab_size, max_num_drafts=max_num_drafts,
+                    NODES=_next_power_of_2(max(width, 16)), PDL=pdl,
+                ),
+                options=dict(num_warps=EMIT_WARPS, **dependent), buffers=CALL_BUFFERS,
+            )
+        )  # fmt: skip
+        return _plan(num_requests, width, work_words, zeroed, records, counts, sample_splits, launches, batch)
     # The sampling pass decides each request's final row; strict rows need no sampling, so one
     # program per request writes their outputs and nothing follows.
     launches.append(
@@ -406,6 +422,21 @@ def make_plan(batch: SpecBatch) -> Plan:
                 options=dict(num_warps=EMIT_WARPS, **dependent), buffers=CALL_BUFFERS,
             )
         )  # fmt: skip
+    return _plan(num_requests, width, work_words, zeroed, records, counts, sample_splits, launches, batch)
+
+
+def _plan(
+    num_requests: int,
+    width: int,
+    work_words: int,
+    zeroed: slice,
+    records: tuple[WorkRecord, ...],
+    counts: dict[str, int],
+    sample_splits: int,
+    launches: list[launch.Launch],
+    batch: SpecBatch,
+) -> Plan:
+    """The `Plan` of `make_plan`'s parts, its geometry record with the records' offsets."""
     offsets = {GEOMETRY.FIELDS[record.field]: record.offset for record in records if record.field is not None}
     return Plan(
         num_requests=num_requests,
@@ -416,6 +447,7 @@ def make_plan(batch: SpecBatch) -> Plan:
         geometry=_geometry({**counts, **offsets}, batch.device),
         sample_splits=sample_splits,
         launches=tuple(launches),
+        tree=METHODS[batch.method].verifies_tree,
     )
 
 
@@ -426,6 +458,9 @@ def _batch_tensors(batch: SpecBatch) -> tuple[torch.Tensor, ...]:
     draft = batch.draft_logits if batch.draft_logits is not None else target
     slot = batch.draft_slot if batch.draft_slot is not None else batch.cu_num_drafts
     rates = batch.synthetic_rates if METHODS[batch.method].takes_rates else None
+    # A tree takes no rates: its parents travel in their place (`rates_ptr`).
+    if batch.tree_parent is not None:
+        rates = batch.tree_parent
     return (
         target, draft, batch.draft_token_ids, batch.cu_num_drafts, batch.temperature, batch.seed,
         batch.step, slot, rates if rates is not None else batch.temperature,
@@ -444,16 +479,25 @@ def _record_views(plan: Plan, work: torch.Tensor) -> dict[str, torch.Tensor]:
     return {record.parameter: work[record.offset :].view(record.dtype) for record in plan.records}
 
 
-def _outputs(plan: Plan, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return _outputs_of(plan.num_requests, plan.width, device)
+def _outputs(plan: Plan, device: torch.device) -> tuple[torch.Tensor, ...]:
+    return _outputs_of(plan.num_requests, plan.width, device, plan.tree)
 
 
-def _outputs_of(b: int, width: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _outputs_of(b: int, width: int, device: torch.device, tree: bool) -> tuple[torch.Tensor, ...]:
+    """A call's outputs in the order of `OUTPUT_BUFFERS`: token ids, logprobs, counts, and the accepted
+    nodes (``[B, max_n]`` for a tree, an empty stand-in otherwise: never written)."""
     return (
         torch.empty(b, width, dtype=torch.int64, device=device),
         torch.empty(b, width, dtype=torch.float32, device=device),
         torch.empty(b, dtype=torch.int32, device=device),
+        torch.empty((b, width - 1) if tree else (0,), dtype=torch.int32, device=device),
     )
+
+
+def _output(outputs: tuple[torch.Tensor, ...], tree: bool) -> SpecOutput:
+    """The `SpecOutput` of a call's outputs (`_outputs_of`)."""
+    token_ids, logprobs, num_emitted, nodes = outputs
+    return SpecOutput(token_ids, num_emitted, logprobs, nodes if tree else None)
 
 
 def _compile_and_run(batch: SpecBatch, plan: Plan) -> tuple[SpecOutput, list[launch.CachedLaunch]]:
@@ -474,8 +518,7 @@ def _compile_and_run(batch: SpecBatch, plan: Plan) -> tuple[SpecOutput, list[lau
     quiet = np.errstate(all="ignore") if device.type == "cpu" else contextlib.nullcontext()
     with quiet:
         cached = launch.dispatch(plan.launches, buffers, keep=device.type == "cuda")
-    token_ids, logprobs, num_emitted = outputs
-    return SpecOutput(token_ids=token_ids, num_emitted=num_emitted, logprobs=logprobs), cached
+    return _output(outputs, plan.tree), cached
 
 
 def launch_plan(device: torch.device, plan: str | None = None) -> str:
@@ -510,7 +553,7 @@ def rows_launch(batch: SpecBatch) -> launch.Launch:
         rows_kernels.rows_kernel, (_cdiv(num_requests, requests), 1, 1),
         values=dict(
             target_stride=batch.target_logits.stride(0), draft_stride=draft_stride, slot_stride=slot_stride,
-            vocab_size=vocab_size, METHOD=METHODS[batch.method].kernel_code,
+            METHOD=METHODS[batch.method].kernel_code,
             HAS_DRAFT=batch.draft_logits is not None, SLOTTED=batch.slotted, REQUESTS=requests,
             POSITIONS=positions, BLOCK_V=block_v,
             NUM_BLOCKS=_next_power_of_2(_cdiv(vocab_size, NOISE_GROUP.value)),
@@ -526,14 +569,14 @@ def _run_rows(batch: SpecBatch) -> SpecOutput:
     # The rows plan has no workspace: the geometry record's workspace offsets are unused.
     fields = {name: bounds.get(name, 0) for name in GEOMETRY.FIELDS}
     geometry = _geometry(fields, batch.device)
-    outputs = _outputs_of(batch.num_requests, batch.resolved_max_num_drafts() + 1, batch.device)
+    tree = METHODS[batch.method].verifies_tree
+    outputs = _outputs_of(batch.num_requests, batch.resolved_max_num_drafts() + 1, batch.device, tree)
     buffers: dict[str, Any] = dict(zip(INPUT_BUFFERS, _batch_tensors(batch), strict=True))
     buffers.update(zip(OUTPUT_BUFFERS, outputs, strict=True), geometry_ptr=geometry)
     quiet = np.errstate(all="ignore") if batch.device.type == "cpu" else contextlib.nullcontext()
     with quiet:
         launch.dispatch([rows_launch(batch)], buffers, keep=False)
-    token_ids, logprobs, num_emitted = outputs
-    return SpecOutput(token_ids=token_ids, num_emitted=num_emitted, logprobs=logprobs)
+    return _output(outputs, tree)
 
 
 # Plans and their compiled launches by batch structure (`_plan_key`), for the calls after the
@@ -552,6 +595,7 @@ def _plan_key(batch: SpecBatch, device_index: int, tensors: tuple[torch.Tensor, 
         batch.draft_token_ids.shape[0],
         None if batch.draft_slot is None else batch.draft_slot.dtype,
         None if batch.synthetic_rates is None else batch.synthetic_rates.shape[0],
+        None if batch.tree_parent is None else batch.tree_parent.dtype,
         tuple(tensor.data_ptr() & 15 == 0 for tensor in tensors),
     )  # fmt: skip
 
@@ -562,7 +606,7 @@ def _run_cached(
     """Launch ``plan``'s compiled kernels on ``batch`` with device addresses in place of tensors, on
     the current stream of ``device_index`` (the device Triton's dispatch would launch on)."""
     device = batch.device
-    token_ids, logprobs, num_emitted = _outputs(plan, device)
+    outputs = _outputs(plan, device)
     # The workspace tensor is held until the launches are enqueued (a free after that is ordered after
     # them on the stream): freed earlier, its memory could go back to the driver or to another
     # allocation while the kernels still use its address.
@@ -570,12 +614,10 @@ def _run_cached(
     base = work.data_ptr()
     buffers = dict(zip(INPUT_BUFFERS, addresses, strict=True))
     buffers.update((record.parameter, base + 4 * record.offset) for record in plan.records)
-    buffers.update(
-        work_ptr=base, geometry_ptr=plan.geometry.data_ptr(), token_ids_ptr=token_ids.data_ptr(),
-        logprobs_ptr=logprobs.data_ptr(), num_emitted_ptr=num_emitted.data_ptr(),
-    )  # fmt: skip
+    buffers.update(work_ptr=base, geometry_ptr=plan.geometry.data_ptr())
+    buffers.update((name, tensor.data_ptr()) for name, tensor in zip(OUTPUT_BUFFERS, outputs, strict=True))
     launch.launch_cached(plan.launches, cached, buffers, device_index)
-    return SpecOutput(token_ids=token_ids, num_emitted=num_emitted, logprobs=logprobs)
+    return _output(outputs, plan.tree)
 
 
 def _check_values_default() -> bool | None:

@@ -65,6 +65,7 @@ from specsample.kernels.rules import (
     SAMPLE_WITHOUT_DRAFT,
     STRICT,
     SYNTHETIC,
+    TREE,
     accept_uniform,
     accepts,
     block_keep_probability,
@@ -312,6 +313,13 @@ def row_stats_kernel(
     skipped, never the output; `sample_kernel` takes the first rejection from the flag, not from
     the rows.
 
+    A tree (method tree) reads only the rows of its path: each program takes its row by ticket
+    (in the order programs start, rows in grid order), and a node's row waits until its parent's
+    row is decided or known to lie off the path (`_tree_row_needed`); it is read only where its
+    node is the first child holding the parent row's token. A program waits only on rows taken
+    before it, whose programs have started, so the wait ends (under the interpreter, which runs
+    programs one after another, it never starts).
+
     Args:
         target_ptr: ``[R, V]`` fp32/fp16/bf16 target logits, row stride ``target_stride``.
         draft_ptr: ``[D, V]`` or ``[S, K, V]`` draft logits (unused unless ``HAS_DRAFT``).
@@ -321,7 +329,8 @@ def row_stats_kernel(
         seed_ptr: ``[B]`` int64.
         step_ptr: ``[B]`` int64.
         draft_slot_ptr: ``[B]`` int32/int64 slots (unused unless ``SLOTTED``).
-        rates_ptr: ``[num_rates]`` fp64 synthetic conditional acceptance rates (synthetic only).
+        rates_ptr: ``[num_rates]`` fp64 synthetic conditional acceptance rates (synthetic only);
+            for a tree, ``[D]`` int32/int64 each node's parent within its request.
         work_ptr: the call's int32 workspace. This kernel writes the split records at its start
             (``SPLIT_*``), each ``[B * (max_n + 1) * num_splits]``: target max and sum (fp32) and
             first argmax (int32); draft max and sum (fp32, probabilistic); the Gumbel-max
@@ -338,10 +347,15 @@ def row_stats_kernel(
     # rows before it; by then the request's earlier rows are often decided, and a row after a
     # rejection is skipped. (Launching position 0 alone first skipped more rows but cost more in
     # launch tails: kernels/RESULTS.md.)
-    program = tl.program_id(0)
+    if METHOD == TREE:
+        ticket = tl.atomic_add(_record(work_ptr, geometry_ptr, GEOMETRY.ticket, tl.int32), 1, sem="relaxed")
+        program = ticket % tl.num_programs(0)
+        position = ticket // tl.num_programs(0)
+    else:
+        program = tl.program_id(0)
+        position = tl.program_id(1)
     request = program // num_splits
     split = program % num_splits
-    position = tl.program_id(1)
     width = max_num_drafts + 1
     # The geometry loads go out with the request's first loads, ahead of the logits (a load
     # cannot pass a store that may alias it).
@@ -372,6 +386,11 @@ def row_stats_kernel(
                 )  # fmt: skip
                 needed = tl.min(tl.where(earlier < position, accepted.to(tl.int32), 1), axis=0) > 0
                 chunk += POS_BLOCK
+        elif METHOD == TREE:
+            needed = _tree_row_needed(
+                draft_ids_ptr, rates_ptr, work_ptr, geometry_ptr, counter_ptr, request, position,
+                draft_start, num_drafts, width, num_splits, vocab_size, POS_BLOCK,
+            )  # fmt: skip
         else:
             needed = stop_flag <= width - position
         # A row after a rejection is not needed: its program leaves at once, writing nothing and
@@ -433,7 +452,7 @@ def _split_program(
     else:
         reads_q = position < 0
         draft_offset = tl.full([], -1, tl.int64)
-    if METHOD == STRICT:
+    if METHOD == STRICT or METHOD == TREE:  # noqa: SIM109 (constexprs): every row draws its sample
         if sampled:
             row_max, row_sum, cand_logit, cand_gumbel, cand_token = _split_sample_stats(
                 target_row_ptr, target_inside, split, vocab_size, inv_temperature, seed, step, position,
@@ -458,7 +477,7 @@ def _split_program(
         row_max, row_sum, row_arg = _split_stats(
             target_row_ptr, target_inside, split, vocab_size, inv_temperature, TILES_PER_SPLIT, BLOCK_V
         )
-    if METHOD == STRICT:
+    if METHOD == STRICT or METHOD == TREE:  # noqa: SIM109 (constexprs)
         tl.store(_split_record(work_ptr, SPLIT.cand_logit, tl.float32) + out, cand_logit)
         tl.store(_split_record(work_ptr, SPLIT.cand_gumbel, tl.float32) + out, cand_gumbel)
         tl.store(_split_record(work_ptr, SPLIT.cand_token, tl.int32) + out, cand_token)
@@ -480,6 +499,70 @@ def _split_program(
             step, draft_stride, slot_stride, vocab_size, width, num_splits, METHOD, HAS_DRAFT, SLOTTED,
             SPLIT_BLOCK,
         )  # fmt: skip
+        if METHOD == TREE:
+            # The row's records are written: its children's rows may read its token.
+            tl.debug_barrier()
+            tl.atomic_add(counter_ptr + row, 1, sem="release", scope="gpu")
+
+
+# A tree's row off the path: its split counter holds this (a decided row's holds num_splits + 1).
+TREE_SKIPPED = tl.constexpr(-1)
+
+
+@triton.jit
+def _tree_row_needed(draft_ids_ptr, tree_parent_ptr, work_ptr, geometry_ptr, counter_ptr, request,
+                     position, draft_start, num_drafts, width, num_splits, vocab_size,
+                     NODE_BLOCK: tl.constexpr):  # fmt: skip
+    """Whether row ``position`` of a tree request lies on the request's path (`reference.tree`).
+
+    The root's row (0) always does. Node ``i``'s row (``i + 1``) does when its parent's row does and
+    was decided with the token of node ``i``, and no sibling before it holds that token (the walk
+    takes the first). Waits for the parent's row: its split counter is ``num_splits + 1`` once
+    decided, `TREE_SKIPPED` once known to lie off the path; a row found off the path stores
+    `TREE_SKIPPED` in its own. A parent outside ``[-1, i)`` (unchecked input) is no parent: the row
+    lies off the path.
+    """
+    if position == 0:
+        needed = position == 0
+    else:
+        num_draft_ids = geometry_field(geometry_ptr, GEOMETRY.num_draft_ids)
+        node = position - 1
+        is_node, node_id, real = draft_at(
+            draft_ids_ptr, draft_start, node, num_drafts, num_draft_ids, vocab_size
+        )
+        parent = tl.load(
+            tree_parent_ptr + draft_start + node, mask=draft_start + node < num_draft_ids, other=-2
+        ).to(tl.int64)
+        needed = is_node & real & (parent >= -1) & (parent < node)
+        if needed:
+            parent_row = request.to(tl.int64) * width + tl.maximum(parent, -1) + 1
+            state = tl.load(counter_ptr + parent_row, volatile=True)
+            while (state >= 0) & (state <= num_splits):
+                state = tl.load(counter_ptr + parent_row, volatile=True)
+            # Acquire: the parent row's records, written before its counter's release, are seen.
+            state = tl.atomic_add(counter_ptr + parent_row, 0, sem="acquire", scope="gpu")
+            needed = state > num_splits
+            if needed:
+                row_int_ptr = _record(work_ptr, geometry_ptr, GEOMETRY.row_int, tl.int32)
+                token = tl.load(row_int_ptr + parent_row * ROW_INT.SIZE + ROW_INT.token, cache_modifier=".cg")
+                needed = node_id == token
+                start = 0
+                while needed & (start < node):
+                    earlier = start + tl.arange(0, NODE_BLOCK)
+                    are_nodes, ids, holds = draft_at(
+                        draft_ids_ptr, draft_start, earlier, num_drafts, num_draft_ids, vocab_size
+                    )
+                    parents = tl.load(
+                        tree_parent_ptr + draft_start + earlier,
+                        mask=(earlier < node) & (draft_start + earlier < num_draft_ids),
+                        other=-2,
+                    ).to(tl.int64)
+                    sibling = are_nodes & holds & (earlier < node) & (parents == parent) & (ids == token)
+                    needed = tl.max(sibling.to(tl.int32), axis=0) == 0
+                    start += NODE_BLOCK
+        if not needed:
+            tl.store(counter_ptr + request.to(tl.int64) * width + position, TREE_SKIPPED)
+    return needed
 
 
 @triton.jit
@@ -574,7 +657,7 @@ def _finish_row(
     )  # fmt: skip
     target_arg_ptr = _split_record(work_ptr, SPLIT.target_arg, tl.int32)
     token = _row_argmax(target_arg_ptr, records, every, split_max, row_max, num_splits, SPLIT_BLOCK)
-    if METHOD == STRICT:
+    if METHOD == STRICT or METHOD == TREE:  # noqa: SIM109 (constexprs)
         every_sampled = (tl.zeros([1, 1], tl.float32) + temperature) > 0.0
         sample = _strict_sample(
             _split_record(work_ptr, SPLIT.cand_logit, tl.float32),
@@ -605,8 +688,9 @@ def _finish_row(
         )  # fmt: skip
     else:
         greedy_accept = real & (draft_id == token)
-        if METHOD == STRICT:
-            # The row token of a sampled strict row is its target sample: the same comparison.
+        if METHOD == STRICT or METHOD == TREE:  # noqa: SIM109 (constexprs)
+            # The row token of a sampled strict row is its target sample: the same comparison (a
+            # tree's rows are decided by `tree_walk_kernel` from their tokens).
             sampled_accept = greedy_accept
         else:
             log_q = tl.full([], 0.0, tl.float32)
@@ -648,7 +732,8 @@ def _finish_row(
     tl.store(row_float + ROW_FLOAT.token_log_prob, token_log_p)
     row_int = row_int_ptr + row * ROW_INT.SIZE
     tl.store(row_int + ROW_INT.token, token)
-    if is_draft & ~accept:
+    # A tree's rows raise no flag: every row of a tree may lie on its path, so every row is read.
+    if (METHOD != TREE) & is_draft & ~accept:
         tl.atomic_max(stop_flag_ptr + request, width - position)
 
 
@@ -1275,3 +1360,73 @@ def emit_kernel(
             draft_max, draft_log_sum, inverse_temperature(temperature), seed, step, position,
             request.to(tl.int64) * (max_num_drafts + 1) + position, token_ids_ptr, logprobs_ptr, NUM_BLOCKS,
         )  # fmt: skip
+
+
+@triton.jit(do_not_specialize=["max_num_drafts"])
+def tree_walk_kernel(draft_ids_ptr, cu_ptr, rates_ptr, work_ptr, geometry_ptr, token_ids_ptr,
+                     logprobs_ptr, num_emitted_ptr, accepted_nodes_ptr, vocab_size, max_num_drafts,
+                     NODES: tl.constexpr, PDL: tl.constexpr):  # fmt: skip
+    """Tree verification (`reference.tree`): each request's walk from the root over its rows' tokens.
+
+    `row_stats_kernel` drew every row's token (`ROW_INT.token`: the Gumbel-max sample of a sampled
+    row, the argmax of a greedy one) and its target log-probability (`ROW_FLOAT.token_log_prob`).
+    From the root, the walk takes the token of the current node's row; the first child (in node
+    order) whose draft id is that token is accepted and the walk goes on from its row; a token no
+    child holds is emitted. A placeholder, or an id outside ``[0, V)``, matches nothing.
+
+    Args:
+        draft_ids_ptr: ``[D]`` int64 draft token ids (each node's token).
+        cu_ptr: ``[B + 1]`` int32 prefix sums of the node counts.
+        rates_ptr: ``[D]`` int32/int64 each node's parent within its request (``-1``: the root): a
+            tree takes no synthetic rates, so its parents travel in their place.
+        work_ptr, geometry_ptr: the call's workspace and geometry record (the row records).
+        token_ids_ptr: ``[B, max_n + 1]`` int64 output; logprobs_ptr: ``[B, max_n + 1]`` fp32 output;
+            num_emitted_ptr: ``[B]`` int32 output; accepted_nodes_ptr: ``[B, max_n]`` int32 output.
+        NODES: a power of two ``>= max_n + 1``: a request's nodes held as one vector.
+    """
+    # Grid (B,): one program per request.
+    request = tl.program_id(0)
+    num_draft_ids = geometry_field(geometry_ptr, GEOMETRY.num_draft_ids)
+    row_float_ptr = _record(work_ptr, geometry_ptr, GEOMETRY.row_float, tl.float32)
+    row_int_ptr = _record(work_ptr, geometry_ptr, GEOMETRY.row_int, tl.int32)
+    draft_start, num_drafts = request_span(cu_ptr, request, max_num_drafts)
+    nodes = tl.arange(0, NODES)
+    is_node, node_ids, real = draft_at(
+        draft_ids_ptr, draft_start, nodes, num_drafts, num_draft_ids, vocab_size
+    )
+    inside = is_node & (draft_start + nodes < num_draft_ids)
+    parents = tl.load(rates_ptr + draft_start + nodes, mask=inside, other=-2).to(tl.int64)
+    _after_previous_launch(PDL)
+    width = max_num_drafts + 1
+    out_row = request.to(tl.int64) * width
+    nodes_row = request.to(tl.int64) * max_num_drafts
+    row = tl.full([], 0, tl.int64)
+    level = tl.full([], 0, tl.int64)
+    walking = tl.full([], 1, tl.int1)
+    while walking:
+        record = out_row + row
+        token = tl.load(row_int_ptr + record * ROW_INT.SIZE + ROW_INT.token).to(tl.int64)
+        log_p = tl.load(row_float_ptr + record * ROW_FLOAT.SIZE + ROW_FLOAT.token_log_prob)
+        tl.store(token_ids_ptr + out_row + level, token)
+        tl.store(logprobs_ptr + out_row + level, log_p)
+        # The first child of the row's node (parents before their children) holding the token.
+        child = tl.min(tl.where(real & (parents == row - 1) & (node_ids == token), nodes, NODES), axis=0)
+        walking = (child < NODES) & (level < num_drafts)
+        if walking:
+            tl.store(accepted_nodes_ptr + nodes_row + level, child.to(tl.int32))
+            row = child.to(tl.int64) + 1
+        level += 1
+    tl.store(num_emitted_ptr + request, level.to(tl.int32))
+    # The padding: -1 (and NaN) after the emitted tokens and the accepted nodes.
+    start = 0
+    while start < width:
+        column = start + nodes
+        after = (column >= level) & (column < width)
+        tl.store(token_ids_ptr + out_row + column, -1, mask=after)
+        tl.store(logprobs_ptr + out_row + column, float("nan"), mask=after)
+        tl.store(
+            accepted_nodes_ptr + nodes_row + column,
+            -1,
+            mask=(column >= level - 1) & (column < max_num_drafts),
+        )
+        start += NODES

@@ -39,6 +39,7 @@ from specsample.kernels.rules import (
     SAMPLE_WITHOUT_DRAFT,
     STRICT,
     SYNTHETIC,
+    TREE,
     accept_uniform,
     accepts,
     block_keep_probability,
@@ -246,7 +247,7 @@ def _rows_laws(target_ptr, draft_ptr, draft_slot_ptr, request, draft_start, posi
         target_row_ptr, target_inside, vocab_size, inv_temperature, BLOCK_V
     )
     target_log_sum = tl.log(target_sum)
-    if METHOD == STRICT:
+    if METHOD == STRICT or METHOD == TREE:  # noqa: SIM109 (constexprs): every row draws its sample
         sample = _rows_strict_sample(
             target_row_ptr, target_inside & sampled, vocab_size, inv_temperature, target_max, seed, step,
             position, REQUESTS, POSITIONS, BLOCK_V,
@@ -461,21 +462,64 @@ def _rows_final_row(target_ptr, draft_ptr, at_stop, stop, real, draft_id, sample
 
 # Counts that change from call to call are not specialised on.
 @triton.jit
+def _rows_tree_walk(tree_parent_ptr, draft_start, position, is_draft, draft_id, real, token, token_log_p,
+                    num_draft_ids, num_drafts, live, request, max_num_drafts, token_ids_ptr, logprobs_ptr,
+                    num_emitted_ptr, accepted_nodes_ptr, POSITIONS: tl.constexpr):  # fmt: skip
+    """Tree verification (`reference.tree`) of every request from its rows' tokens ``token`` ``[R, P]``
+    (the Gumbel-max sample of a sampled row, the argmax of a greedy one): from the root, the first
+    child of the current node (node ``i`` at position ``i``, its row ``i + 1``) whose draft is the
+    row's token is accepted, until a token no child holds is emitted. Writes every output."""
+    parents = tl.load(
+        tree_parent_ptr + draft_start + position,
+        mask=is_draft & (draft_start + position < num_draft_ids),
+        other=-2,
+    ).to(tl.int64)
+    row = tl.zeros(num_drafts.shape, tl.int64)
+    walking = live & (row == 0)
+    emitted = tl.zeros(num_drafts.shape, tl.int64)
+    tokens = tl.full(token.shape, -1, tl.int64)
+    log_probs = tl.full(token_log_p.shape, float("nan"), tl.float32)
+    nodes = tl.full(token.shape, -1, tl.int64)
+    while tl.max(walking.to(tl.int32)) > 0:
+        here = position == row
+        drawn = _at(token, here, -1).to(tl.int64)
+        level = position == emitted
+        tokens = tl.where(walking & level, drawn, tokens)
+        log_probs = tl.where(walking & level, _at(token_log_p, here, NEG_INF), log_probs)
+        matches = real & (parents == row - 1) & (draft_id == drawn)
+        child = tl.min(tl.where(matches, position, POSITIONS), axis=1, keep_dims=True)
+        accept = walking & (child < POSITIONS) & (emitted < num_drafts)
+        nodes = tl.where(accept & level, child, nodes)
+        emitted += walking.to(tl.int64)
+        row = tl.where(accept, child + 1, row)
+        walking = accept
+    width = max_num_drafts + 1
+    out = request * width + position
+    tl.store(token_ids_ptr + out, tokens, mask=live & (position < width))
+    tl.store(logprobs_ptr + out, log_probs, mask=live & (position < width))
+    tl.store(accepted_nodes_ptr + request * max_num_drafts + position, nodes.to(tl.int32),
+             mask=live & (position < max_num_drafts))  # fmt: skip
+    tl.store(num_emitted_ptr + request, emitted.to(tl.int32), mask=live)
+
+
+@triton.jit
 def rows_kernel(target_ptr, draft_ptr, draft_ids_ptr, cu_ptr, temperature_ptr, seed_ptr, step_ptr,
                 draft_slot_ptr, rates_ptr, geometry_ptr, token_ids_ptr, logprobs_ptr, num_emitted_ptr,
-                target_stride, draft_stride, slot_stride, vocab_size, METHOD: tl.constexpr,
+                accepted_nodes_ptr, target_stride, draft_stride, slot_stride, METHOD: tl.constexpr,
                 HAS_DRAFT: tl.constexpr, SLOTTED: tl.constexpr, REQUESTS: tl.constexpr,
                 POSITIONS: tl.constexpr, BLOCK_V: tl.constexpr, NUM_BLOCKS: tl.constexpr):  # fmt: skip
     """Every output of ``REQUESTS`` requests: their rows' statistics and decisions, the walk, the final row.
 
     Args:
-        The inputs, geometry record and outputs are the split plan's (`rejection_kernels`); this
-        plan has no workspace; its geometry record holds the request count ``B`` and ``max_n`` as well.
+        The inputs, geometry record and outputs are the split plan's (`rejection_kernels`; a tree's
+        parents travel as ``rates_ptr``); this plan has no workspace; its geometry record holds the
+        request count ``B``, ``max_n`` and ``V`` as well.
         ``POSITIONS >= max_num_drafts + 1``.
     """
     # Grid (cdiv(B, REQUESTS),). Lanes past the batch repeat its last request and store nothing.
     num_requests = geometry_field(geometry_ptr, GEOMETRY.num_requests)
     max_num_drafts = geometry_field(geometry_ptr, GEOMETRY.max_num_drafts)
+    vocab_size = geometry_field(geometry_ptr, GEOMETRY.vocab_size)
     first = tl.program_id(0) * REQUESTS + tl.arange(0, REQUESTS)[:, None]
     live = first < num_requests
     request = tl.minimum(first, num_requests - 1).to(tl.int64)
@@ -506,7 +550,31 @@ def rows_kernel(target_ptr, draft_ptr, draft_ids_ptr, cu_ptr, temperature_ptr, s
     target_max, target_log_sum, token, token_log_p, log_p, log_q, draft_max, draft_log_sum, draft_offset = (
         laws
     )
+    if METHOD == TREE:
+        _rows_tree_walk(
+            rates_ptr, draft_start, position, is_draft, draft_id, real, token, token_log_p,
+            num_draft_ids, num_drafts, live, request, max_num_drafts, token_ids_ptr, logprobs_ptr,
+            num_emitted_ptr, accepted_nodes_ptr, POSITIONS,
+        )  # fmt: skip
+    else:
+        _rows_chain(
+            target_ptr, draft_ptr, draft_ids_ptr, rates_ptr, geometry_ptr, token_ids_ptr, logprobs_ptr,
+            num_emitted_ptr, request, live, draft_start, num_drafts, max_num_drafts, num_draft_ids,
+            position, is_row, is_draft, draft_id, real, sampled, target_inside, target_offset, token,
+            token_log_p, log_p, log_q, target_max, target_log_sum, draft_max, draft_log_sum, draft_offset,
+            vocab_size, inv_temperature, seed, step, METHOD, HAS_DRAFT, REQUESTS, BLOCK_V, NUM_BLOCKS,
+        )  # fmt: skip
 
+
+@triton.jit
+def _rows_chain(target_ptr, draft_ptr, draft_ids_ptr, rates_ptr, geometry_ptr, token_ids_ptr, logprobs_ptr,
+                num_emitted_ptr, request, live, draft_start, num_drafts, max_num_drafts, num_draft_ids,
+                position, is_row, is_draft, draft_id, real, sampled, target_inside, target_offset, token,
+                token_log_p, log_p, log_q, target_max, target_log_sum, draft_max, draft_log_sum, draft_offset,
+                vocab_size, inv_temperature, seed, step, METHOD: tl.constexpr, HAS_DRAFT: tl.constexpr,
+                REQUESTS: tl.constexpr, BLOCK_V: tl.constexpr, NUM_BLOCKS: tl.constexpr):  # fmt: skip
+    """The chain methods' decisions of every row, the walk to the first rejection (block verification:
+    to the largest kept index), and the final row's token: every output."""
     # The row decisions.
     greedy_accept = real & (draft_id == token)
     log_weight = tl.zeros(log_p.shape, tl.float32)

@@ -26,6 +26,7 @@ PROBABILISTIC = tl.constexpr(METHODS["probabilistic"].kernel_code)
 STRICT = tl.constexpr(METHODS["strict"].kernel_code)
 SYNTHETIC = tl.constexpr(METHODS["synthetic"].kernel_code)
 BLOCK = tl.constexpr(METHODS["block"].kernel_code)
+TREE = tl.constexpr(METHODS["tree"].kernel_code)
 
 # What the final row of a request needs (`records.INFO_INT.mode`).
 SAMPLE_NONE = tl.constexpr(0)  # the token is already known (greedy argmax, strict sample)

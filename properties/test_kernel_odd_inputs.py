@@ -212,7 +212,8 @@ def test_many_drafts_walk_past_the_position_block(method: str) -> None:
 
 @pytest.mark.parametrize("method", KERNEL_METHODS)
 def test_inconsistent_values_never_leave_the_vocabulary(method: str) -> None:
-    """Unchecked garbage (bad slots, counts, temperatures) still yields ids in [0, V) and a valid layout."""
+    """Unchecked garbage (bad slots, counts, temperatures, a tree's parents) still yields ids in [0, V)
+    and a valid layout."""
     rng = np.random.default_rng(9)
     vocab_size = 7
     batch = _batch(
@@ -236,6 +237,8 @@ def test_inconsistent_values_never_leave_the_vocabulary(method: str) -> None:
         method=method,
         synthetic_rates=torch.tensor([0.5], dtype=torch.float64, device=DEVICE),
         max_num_drafts=2,
+        # Parents of their own node, after it, outside the request, and below the root.
+        tree_parent=torch.tensor([0, 5, -9, 2**40, 1, -1], device=DEVICE) if method == "tree" else None,
     )
     output = rejection_sample(garbage, check_values=False)
     tokens = output.token_ids.cpu()
@@ -245,6 +248,13 @@ def test_inconsistent_values_never_leave_the_vocabulary(method: str) -> None:
         count = int(emitted[b])
         assert ((tokens[b, :count] >= 0) & (tokens[b, :count] < vocab_size)).all()
         assert (tokens[b, count:] == -1).all()
+    if method == "tree":
+        assert output.accepted_nodes is not None
+        nodes = output.accepted_nodes.cpu()
+        for b in range(3):
+            accepted = nodes[b, : int(emitted[b]) - 1]
+            assert ((accepted >= 0) & (accepted < 2)).all()
+            assert (nodes[b, int(emitted[b]) - 1 :] == -1).all()
 
 
 def test_validation_names_the_argument() -> None:

@@ -18,6 +18,7 @@ from specsample.kernels.rejection import KERNEL_METHODS as METHODS
 from specsample.kernels.rejection import LAUNCH_PLANS, rejection_sample, vocab_layout
 from specsample.properties.checks.coupled import agreement
 from specsample.properties.checks.invariants import violations
+from specsample.properties.strategies import TREE_SHAPES, tree_drafts, tree_parents
 from specsample.reference.contract import (
     RequestData,
     SpecBatch,
@@ -25,6 +26,7 @@ from specsample.reference.contract import (
     make_batch,
     split_output,
 )
+from specsample.reference.methods import METHODS as METHOD_TABLE
 from specsample.reference.sampler import reference_sample
 
 DEVICE = "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu"
@@ -87,7 +89,8 @@ def batches(
     """A small batch of mixed requests: every method, dtype, draft layout and odd family.
 
     Per request: draft count 0..max_drafts, temperature (0, tiny, ordinary, huge), distribution
-    family, drafts drawn from ``q`` or uniformly with placeholders and out-of-range ids, seed and step.
+    family, drafts drawn from ``q`` or uniformly with placeholders and out-of-range ids, seed and step;
+    for method tree, a tree of each shape of `TREE_SHAPES` over the drafts (`tree_drafts`' tokens).
     """
     method = draw(st.sampled_from(methods))
     vocab_size = draw(st.sampled_from(vocab_sizes))
@@ -103,6 +106,10 @@ def batches(
         ids[odd < 0.1] = -1
         ids[(odd >= 0.1) & (odd < 0.15)] = vocab_size + rng.integers(0, 3)
         ids[(odd >= 0.15) & (odd < 0.18)] = -7
+        parents = None
+        if METHOD_TABLE[method].verifies_tree:
+            parents = tree_parents(rng, draw(st.sampled_from(TREE_SHAPES)), n)
+            ids = tree_drafts(rng, parents, target, ids)
         requests.append(
             RequestData(
                 target_logits=target,
@@ -111,6 +118,7 @@ def batches(
                 temperature=draw(st.sampled_from(TEMPERATURES)),
                 seed=draw(st.integers(-(2**63), 2**63 - 1)),
                 step=draw(st.integers(0, 2**32 - 1)),
+                tree_parent=parents,
             )
         )
     slots = None
@@ -186,6 +194,7 @@ def _split_requests(batch: SpecBatch) -> list[RequestData]:
                 temperature=float(batch.temperature[b]),
                 seed=int(batch.seed[b]),
                 step=int(batch.step[b]),
+                tree_parent=None if batch.tree_parent is None else batch.tree_parent[start:end].tolist(),
             )
         )
     return requests

@@ -310,13 +310,16 @@ def test_a_bad_tree_batch_is_an_error_naming_the_field(change: dict[str, object]
         batch.validate()
 
 
-def test_make_batch_asks_a_tree_of_every_request_and_of_no_chain() -> None:
-    """Method "tree" needs each request's parents, of its draft count; a chain method takes none."""
-    target = np.zeros((2, 4))
-    with pytest.raises(ValueError, match=r"requests\[0\].tree_parent is None; expected \[n\] = \[1\]"):
-        make_batch([RequestData(target, [1])], method="tree")
+def test_make_batch_takes_a_tree_of_each_request_and_of_no_chain() -> None:
+    """Method "tree" takes each request's parents, of its draft count (none: a chain, each node the
+    child of the one before); a chain method takes none."""
+    target = np.zeros((3, 4))
+    chain = make_batch([RequestData(target, [1, 2]), RequestData(target[:1], [])], method="tree")
+    assert chain.tree_parent is not None and chain.tree_parent.tolist() == [-1, 0]
+    with pytest.raises(ValueError, match=r"requests\[0\].tree_parent is \[-1\]; expected \[n\] = \[2\]"):
+        make_batch([RequestData(target, [1, 2], tree_parent=[-1])], method="tree")
     with pytest.raises(ValueError, match=r"requests\[0\].tree_parent is given but method is 'strict'"):
-        make_batch([RequestData(target, [1], tree_parent=[-1])], method="strict")
+        make_batch([RequestData(target, [1, 2], tree_parent=[-1, 0])], method="strict")
 
 
 def test_a_tree_is_verified_only_by_a_sampler_that_declares_it() -> None:

@@ -567,7 +567,8 @@ class RequestData:
         temperature: ``0`` means greedy.
         seed, step: the request's random stream.
         top_k, top_p, min_p: the request's sampling parameters (off by default).
-        tree_parent: ``[n]`` each draft node's parent (``-1``: the root), method ``"tree"`` only.
+        tree_parent: ``[n]`` each draft node's parent (``-1``: the root), method ``"tree"`` only
+            (``None`` there: a chain).
     """
 
     target_logits: np.ndarray | torch.Tensor
@@ -600,7 +601,8 @@ def make_batch(
     go into a ``[num_slots, slot_capacity, V]`` buffer read through ``draft_slot``; unused slot rows
     hold zeros. Otherwise they are stacked flat ``[D, V]``. A sampling parameter becomes a ``[B]``
     tensor where some request sets it, and stays ``None`` where none does. Method ``"tree"`` takes
-    every request's ``tree_parent`` (``[n]``), the other methods none.
+    each request's ``tree_parent`` (``[n]``; a request without one is a chain, each node the child of
+    the one before), the other methods none.
     """
     if not requests:
         raise _fail("requests", "is empty; expected at least one request")
@@ -667,8 +669,11 @@ def make_batch(
     if method in METHOD_TABLE and METHOD_TABLE[method].verifies_tree:
         given_parents = []
         for b, (r, n) in enumerate(zip(requests, counts, strict=True)):
-            if r.tree_parent is None or np.asarray(r.tree_parent).reshape(-1).shape[0] != n:
-                got = "None" if r.tree_parent is None else f"{np.asarray(r.tree_parent).tolist()}"
+            if r.tree_parent is None:
+                given_parents.append(np.arange(-1, n - 1, dtype=np.int64))  # a chain
+                continue
+            if np.asarray(r.tree_parent).reshape(-1).shape[0] != n:
+                got = f"{np.asarray(r.tree_parent).tolist()}"
                 raise _fail(
                     f"requests[{b}].tree_parent", f"is {got}; expected [n] = [{n}] parents for method 'tree'"
                 )
