@@ -387,10 +387,14 @@ def row_stats_kernel(
                 needed = tl.min(tl.where(earlier < position, accepted.to(tl.int32), 1), axis=0) > 0
                 chunk += POS_BLOCK
         elif METHOD == TREE:
-            needed = _tree_row_needed(
-                draft_ids_ptr, rates_ptr, work_ptr, geometry_ptr, counter_ptr, request, position,
-                draft_start, num_drafts, width, num_splits, vocab_size, POS_BLOCK,
-            )  # fmt: skip
+            # A small batch reads every row at once (a path's rows one after another cost more than
+            # they save); a larger one reads only its paths' rows.
+            needed = position >= 0
+            if (tl.num_programs(0) // num_splits) * tl.num_programs(1) > TREE_EVERY_ROW_MAX:
+                needed = _tree_row_needed(
+                    draft_ids_ptr, rates_ptr, work_ptr, geometry_ptr, counter_ptr, request, position,
+                    draft_start, num_drafts, width, num_splits, vocab_size, POS_BLOCK,
+                )  # fmt: skip
         else:
             needed = stop_flag <= width - position
         # A row after a rejection is not needed: its program leaves at once, writing nothing and
@@ -507,6 +511,11 @@ def _split_program(
 
 # A tree's row off the path: its split counter holds this (a decided row's holds num_splits + 1).
 TREE_SKIPPED = tl.constexpr(-1)
+# A tree batch of at most this many rows (B * (max_n + 1)) reads every row; a larger one only the rows
+# of its paths (`_tree_row_needed`). On an H100 (V = 128256, fp32, EAGLE-2-like trees of 16, 32 and 64
+# nodes, B = 1 to 16, T = 1 and 0) every row cost less in the 6 calls of up to 34 rows, and the paths
+# less in 19 of the 24 of 65 rows or more (benchmarks/RESULTS.md, "Tree verification on an H100").
+TREE_EVERY_ROW_MAX = tl.constexpr(64)
 
 
 @triton.jit
