@@ -386,7 +386,8 @@ def make_plan(batch: SpecBatch) -> Plan:
             )
         )  # fmt: skip
     if rules.verifies_tree:
-        # Every row drew its token in the statistics pass; one program per request walks its tree.
+        # The rows of the paths (of a small batch, every row) drew their tokens in the statistics
+        # pass; one program per request walks its tree over them.
         launches.append(
             launch.Launch.of(
                 jit.tree_walk_kernel, (num_requests, 1, 1),

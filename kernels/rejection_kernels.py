@@ -313,12 +313,13 @@ def row_stats_kernel(
     skipped, never the output; `sample_kernel` takes the first rejection from the flag, not from
     the rows.
 
-    A tree (method tree) reads only the rows of its path: each program takes its row by ticket
-    (in the order programs start, rows in grid order), and a node's row waits until its parent's
-    row is decided or known to lie off the path (`_tree_row_needed`); it is read only where its
-    node is the first child holding the parent row's token. A program waits only on rows taken
-    before it, whose programs have started, so the wait ends (under the interpreter, which runs
-    programs one after another, it never starts).
+    A tree (method tree) of more than `TREE_EVERY_ROW_MAX` rows reads only the rows of its paths
+    (a smaller one reads every row): each program takes its row by ticket (in the order programs
+    start, rows in grid order), and a node's row waits until its parent's row is decided or known
+    to lie off the path (`_tree_row_needed`); it is read only where its node is the first child
+    holding the parent row's token. A program waits only on rows taken before it, whose programs
+    have started, so the wait ends (under the interpreter, which runs programs one after another,
+    it never starts).
 
     Args:
         target_ptr: ``[R, V]`` fp32/fp16/bf16 target logits, row stride ``target_stride``.
@@ -741,7 +742,8 @@ def _finish_row(
     tl.store(row_float + ROW_FLOAT.token_log_prob, token_log_p)
     row_int = row_int_ptr + row * ROW_INT.SIZE
     tl.store(row_int + ROW_INT.token, token)
-    # A tree's rows raise no flag: every row of a tree may lie on its path, so every row is read.
+    # A tree's rows raise no flag: the rows a tree needs follow its nodes' parents and the tokens
+    # their rows drew (`_tree_row_needed`), not its first rejection.
     if (METHOD != TREE) & is_draft & ~accept:
         tl.atomic_max(stop_flag_ptr + request, width - position)
 
