@@ -17,14 +17,13 @@ import argparse
 import dataclasses
 import json
 import statistics
-import sys
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from specsample.benchmarks.grid import Case, make_inputs, min_bytes
-from specsample.benchmarks.timing import ColdCallTimer, gpu_description, measure_ceilings
+from specsample.benchmarks.timing import ColdCallTimer, cuda_timing, gpu_description
 from specsample.kernels.filters import filter_thresholds
 from specsample.kernels.rejection import rejection_sample
 from specsample.reference.contract import SpecBatch
@@ -87,12 +86,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 64])
     args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("needs a CUDA GPU", file=sys.stderr)
+    timing = cuda_timing()
+    if timing is None:
         return 2
-    device = torch.device("cuda")
-    timer = ColdCallTimer(device)
-    ceilings = measure_ceilings(device)
+    device, timer, ceilings = timing
     rows = []
     for b in args.batches:
         case = Case("probabilistic", "fp32", "flat", 1.0, b, 4, 128256)

@@ -239,15 +239,44 @@ def make_inputs(case: Case, device: torch.device | str, seed: int = 0) -> SpecBa
     whose slots are a random permutation of the requests, so the sampler must read through
     ``draft_slot``. Every request shares the case's method, temperature and draft count; seeds
     differ. Cases that differ only in method or temperature can share the logits via `specialise`.
-    A tree case's requests are each an `eagle_tree` (`_tree_inputs`).
+    A tree case's requests are each an `eagle_tree` (`_tree_drafts`), without draft logits.
     """
     device = torch.device(device)
     generator = torch.Generator(device=device).manual_seed(seed)
     b, n, v = case.batch, case.num_drafts, case.vocab
     dtype = TORCH_DTYPES[case.dtype]
     target = torch.randn(b, n + 1, v, device=device, generator=generator).mul_(LOGIT_SCALE)
+    draft_slot = draft_logits = tree_parent = None
     if METHOD_TABLE[case.method].verifies_tree:
-        return _tree_inputs(case, target, generator, seed)
+        draft_ids, tree_parent = _tree_drafts(case, target, generator)
+    else:
+        draft_ids, draft_logits, draft_slot = _chain_drafts(case, target, generator)
+    batch = SpecBatch(
+        target_logits=target.reshape(b * (n + 1), v).to(dtype),
+        draft_logits=draft_logits,
+        draft_token_ids=draft_ids,
+        cu_num_drafts=torch.arange(0, b * n + 1, n, dtype=torch.int32, device=device),
+        temperature=torch.ones(b, dtype=torch.float32, device=device),
+        seed=torch.arange(seed * b, (seed + 1) * b, dtype=torch.int64, device=device),
+        step=torch.zeros(b, dtype=torch.int64, device=device),
+        draft_slot=draft_slot,
+        max_num_drafts=n,
+        method=case.method,  # type: ignore[arg-type]
+        tree_parent=tree_parent,
+    )
+    batch = specialise(batch, case)
+    batch.validate(check_values=False)
+    return batch
+
+
+def _chain_drafts(
+    case: Case, target: torch.Tensor, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """A chain case's ``(draft_token_ids, draft_logits, draft_slot)`` over ``target`` ``[B, n + 1, V]``:
+    each draft row its target row plus Gaussian noise, each draft its row's argmax; slotted drafts
+    in a ``[B, n, V]`` buffer under a random permutation of the requests."""
+    b, n, v = target.shape[0], case.num_drafts, case.vocab
+    device, dtype = target.device, TORCH_DTYPES[case.dtype]
     draft = (
         target[:, :n]
         .clone()
@@ -262,21 +291,7 @@ def make_inputs(case: Case, device: torch.device | str, seed: int = 0) -> SpecBa
         draft_logits = buffer.to(dtype)
     else:
         draft_logits = draft.reshape(b * n, v).to(dtype)
-    del draft
-    batch = SpecBatch(
-        target_logits=target.reshape(b * (n + 1), v).to(dtype),
-        draft_logits=draft_logits,
-        draft_token_ids=draft_ids,
-        cu_num_drafts=torch.arange(0, b * n + 1, n, dtype=torch.int32, device=device),
-        temperature=torch.ones(b, dtype=torch.float32, device=device),
-        seed=torch.arange(seed * b, (seed + 1) * b, dtype=torch.int64, device=device),
-        step=torch.zeros(b, dtype=torch.int64, device=device),
-        draft_slot=draft_slot,
-        max_num_drafts=n,
-    )
-    batch = specialise(batch, case)
-    batch.validate(check_values=False)
-    return batch
+    return draft_ids, draft_logits, draft_slot
 
 
 def eagle_tree(num_nodes: int, depth: int) -> list[int]:
@@ -296,11 +311,13 @@ def eagle_tree(num_nodes: int, depth: int) -> list[int]:
     return parents
 
 
-def _tree_inputs(case: Case, target: torch.Tensor, generator: torch.Generator, seed: int) -> SpecBatch:
-    """A tree case's batch: every request an `eagle_tree` over ``target`` ``[B, n + 1, V]``, each node's
-    token its rank among its siblings in its parent's row plus Gaussian noise (the first child the
-    likeliest, as a drafter proposes), no draft logits."""
-    b, n, v = target.shape[0], case.num_drafts, case.vocab
+def _tree_drafts(
+    case: Case, target: torch.Tensor, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A tree case's ``(draft_token_ids, tree_parent)``: every request an `eagle_tree` over ``target``
+    ``[B, n + 1, V]``, each node's token its rank among its siblings in its parent's row plus Gaussian
+    noise (the first child the likeliest, as a drafter proposes)."""
+    b, n = target.shape[0], case.num_drafts
     device = target.device
     parents = eagle_tree(n, case.depth)
     rank = [parents[:node].count(parents[node]) for node in range(n)]
@@ -311,21 +328,7 @@ def _tree_inputs(case: Case, target: torch.Tensor, generator: torch.Generator, s
     del noisy
     rows = torch.tensor([parent + 1 for parent in parents], device=device)
     tokens = ranked[:, rows, torch.tensor(rank, device=device)]  # [B, n]
-    batch = SpecBatch(
-        target_logits=target.reshape(b * (n + 1), v).to(TORCH_DTYPES[case.dtype]),
-        draft_logits=None,
-        draft_token_ids=tokens.reshape(-1).contiguous(),
-        cu_num_drafts=torch.arange(0, b * n + 1, n, dtype=torch.int32, device=device),
-        temperature=torch.ones(b, dtype=torch.float32, device=device),
-        seed=torch.arange(seed * b, (seed + 1) * b, dtype=torch.int64, device=device),
-        step=torch.zeros(b, dtype=torch.int64, device=device),
-        max_num_drafts=n,
-        method="tree",
-        tree_parent=torch.tensor(parents * b, dtype=torch.int64, device=device),
-    )
-    batch = specialise(batch, case)
-    batch.validate(check_values=False)
-    return batch
+    return tokens.reshape(-1).contiguous(), torch.tensor(parents * b, dtype=torch.int64, device=device)
 
 
 def specialise(batch: SpecBatch, case: Case) -> SpecBatch:

@@ -25,6 +25,7 @@ import functools
 import math
 import statistics
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -266,3 +267,13 @@ def driver_version() -> str:
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return out.stdout.strip().splitlines()[0] if out.stdout.strip() else "unknown"
+
+
+def cuda_timing() -> tuple[torch.device, ColdCallTimer, Ceilings] | None:
+    """What a benchmark script times with: the CUDA device, a cold-call timer on it and the device's
+    measured ceilings; ``None``, with a line on stderr, where there is no CUDA GPU."""
+    if not torch.cuda.is_available():
+        print("needs a CUDA GPU", file=sys.stderr)
+        return None
+    device = torch.device("cuda")
+    return device, ColdCallTimer(device), measure_ceilings(device)

@@ -13,14 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
-
-import torch
 
 from specsample.benchmarks.filtered import cold_median
 from specsample.benchmarks.grid import TREES, Case, make_inputs, min_bytes, specialise
-from specsample.benchmarks.timing import ColdCallTimer, gpu_description, measure_ceilings
+from specsample.benchmarks.timing import cuda_timing, gpu_description
 from specsample.kernels.rejection import rejection_sample
 
 
@@ -31,12 +28,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 16, 64])
     parser.add_argument("--vocabs", type=int, nargs="+", default=[128256])
     args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("needs a CUDA GPU", file=sys.stderr)
+    timing = cuda_timing()
+    if timing is None:
         return 2
-    device = torch.device("cuda")
-    timer = ColdCallTimer(device)
-    ceilings = measure_ceilings(device)
+    device, timer, ceilings = timing
     rows = []
     for vocab in args.vocabs:
         for b in args.batches:

@@ -116,9 +116,10 @@ SAMPLE_MAX_REGISTERS = 32
 # Warps of the emit step, one program per request (H200, B=64 n=4 V=128256, whole call: 88.0 us
 # with 4 warps, 89.7 with 8, 90.9 with 16).
 EMIT_WARPS = 4
-# Register caps of the statistics pass per method (probabilistic, strict, synthetic). Left alone,
-# ptxas gives it 80 / 124 / 80 registers for the rarely run row-finishing code; under these caps
-# it needs no spill (sm_90, `cuobjdump -res-usage`) and more programs fit on an SM.
+# Register caps of the statistics pass per method code (0 probabilistic, 1 strict, 2 synthetic,
+# 3 block, 4 tree: strict's, whose sampling it shares). Left alone, ptxas gives it 80 / 124 / 80
+# registers (probabilistic, strict, synthetic) for the rarely run row-finishing code; under these
+# caps it needs no spill (sm_90, `cuobjdump -res-usage`) and more programs fit on an SM.
 STATS_MAX_REGISTERS = {0: 56, 1: 80, 2: 56, 3: 56, 4: 80}
 
 

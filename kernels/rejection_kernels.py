@@ -93,6 +93,7 @@ from specsample.kernels.rules import (
     residual_weight,
     scaled_logit,
     synthetic_accepts,
+    tree_child,
 )
 
 # A row whose block masses (`_row_block_mass`, relative to the row's largest probability) sum below
@@ -567,8 +568,11 @@ def _tree_row_needed(draft_ids_ptr, tree_parent_ptr, work_ptr, geometry_ptr, cou
                         mask=(earlier < node) & (draft_start + earlier < num_draft_ids),
                         other=-2,
                     ).to(tl.int64)
-                    sibling = are_nodes & holds & (earlier < node) & (parents == parent) & (ids == token)
-                    needed = tl.max(sibling.to(tl.int32), axis=0) == 0
+                    earlier_child = are_nodes & holds & (earlier < node)
+                    needed = (
+                        tree_child(earlier, ids, parents, earlier_child, parent, token, node, 0, False)
+                        == node
+                    )
                     start += NODE_BLOCK
         if not needed:
             tl.store(counter_ptr + request.to(tl.int64) * width + position, TREE_SKIPPED)
@@ -1421,7 +1425,7 @@ def tree_walk_kernel(draft_ids_ptr, cu_ptr, rates_ptr, work_ptr, geometry_ptr, t
         tl.store(token_ids_ptr + out_row + level, token)
         tl.store(logprobs_ptr + out_row + level, log_p)
         # The first child of the row's node (parents before their children) holding the token.
-        child = tl.min(tl.where(real & (parents == row - 1) & (node_ids == token), nodes, NODES), axis=0)
+        child = tree_child(nodes, node_ids, parents, real, row - 1, token, NODES, 0, False)
         walking = (child < NODES) & (level < num_drafts)
         if walking:
             tl.store(accepted_nodes_ptr + nodes_row + level, child.to(tl.int32))

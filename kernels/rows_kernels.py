@@ -67,6 +67,7 @@ from specsample.kernels.rules import (
     scaled_logit,
     synthetic_accepts,
     to_uniform,
+    tree_child,
 )
 
 
@@ -486,8 +487,7 @@ def _rows_tree_walk(tree_parent_ptr, draft_start, position, is_draft, draft_id, 
         level = position == emitted
         tokens = tl.where(walking & level, drawn, tokens)
         log_probs = tl.where(walking & level, _at(token_log_p, here, NEG_INF), log_probs)
-        matches = real & (parents == row - 1) & (draft_id == drawn)
-        child = tl.min(tl.where(matches, position, POSITIONS), axis=1, keep_dims=True)
+        child = tree_child(position, draft_id, parents, real, row - 1, drawn, POSITIONS, 1, True)
         accept = walking & (child < POSITIONS) & (emitted < num_drafts)
         nodes = tl.where(accept & level, child, nodes)
         emitted += walking.to(tl.int64)

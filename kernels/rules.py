@@ -405,6 +405,15 @@ def gumbel_noise(u):
 
 
 @triton.jit
+def tree_child(nodes, ids, parents, real, parent, token, none, axis: tl.constexpr, keep_dims: tl.constexpr):
+    """The child a token drawn at node ``parent``'s row accepts (tree verification, `reference.tree`):
+    the first of ``nodes`` (the lowest index) along ``axis`` that is a child of ``parent`` holding
+    ``token``, ``none`` where none is. A placeholder (not ``real``) holds no token. ``-1`` is the root."""
+    holds = real & (parents == parent) & (ids == token)
+    return tl.min(tl.where(holds, nodes, none), axis=axis, keep_dims=keep_dims)
+
+
+@triton.jit
 def gumbel_max(keys, tokens, first, axis: tl.constexpr, keep_dims: tl.constexpr):
     """The token of the largest key along ``axis`` (of a vector, or with ``keep_dims``), ties to the
     lowest token; ``first`` (the first token of the block drawn in) where no key is finite, as the

@@ -32,9 +32,13 @@ RULES = (
     "gumbel_max",
     "synthetic_accepts",
     "final_mode",
+    "tree_child",
 )
 PLANS = {
-    "split": (rejection_kernels, ("row_stats_kernel", "block_keep_kernel", "sample_kernel", "emit_kernel")),
+    "split": (
+        rejection_kernels,
+        ("row_stats_kernel", "block_keep_kernel", "sample_kernel", "emit_kernel", "tree_walk_kernel"),
+    ),
     "rows": (rows_kernels, ("rows_kernel",)),
 }
 
