@@ -5,11 +5,11 @@ with few trials (fewer for a larger batch, so that a minute sees many batches). 
 fails (no false failures) fails the campaign at once. A batch whose Bonferroni-adjusted smallest
 p-value is below `SCREEN_LEVEL` is suspicious and is confirmed group-sequentially: the suspicious
 checks run again on fresh trials, `CONFIRM_FACTOR` times the screen's and then the profile's full
-ones, each stage at level ``alpha``. A statistical failure is only ever reported from a
-confirmation stage, so each stage fails a correct sampler with probability at most ``alpha``; a
-correct sampler reaches a stage about once in 1/`SCREEN_LEVEL` batches, so a campaign's false-failure
-rate is about ``alpha`` times its confirmations, which it reports. `hypothesis.target` steers the
-search on the screen's Bonferroni-adjusted discrepancy, comparable across batches.
+ones. A statistical failure is only ever reported from a confirmation stage, and each stage is tested
+at the level its campaign's `ErrorBudget` grants it: the levels of every stage of every worker sum to
+at most the campaign's stated false-failure rate (default `FALSE_FAILURE_RATE`), however many screens,
+confirmations and workers it runs. `hypothesis.target` steers the search on the screen's
+Bonferroni-adjusted discrepancy, comparable across batches.
 
 The first failure stops the campaign, is shrunk by Hypothesis to a minimal batch (unless shrinking
 is off) until the budget's grace runs out, and is written as a reproducer. Random choices inside the
@@ -25,7 +25,7 @@ import contextlib
 import hashlib
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -61,8 +61,8 @@ class CampaignResult:
     Attributes:
         screen_trials: the trials per request of each screen (fewer for larger batches), one entry
             per batch checked (targeted cases and search batches alike).
-        confirmations: confirmation stages run on suspicious batches (fresh trials, level
-            ``alpha``): each can fail a correct sampler with probability at most ``alpha``.
+        confirmations: confirmation stages run on suspicious batches (fresh trials, each at the level
+            its `ErrorBudget` granted: it fails a correct sampler with probability at most that).
         skipped: search batches left out because the time left could not check them.
         unconfirmed: suspicious batches that no time was left to confirm.
         checks_passed: checks that passed in a confirmation's last stage.
@@ -79,6 +79,12 @@ class CampaignResult:
         interrupted: the campaign was stopped by the user (Ctrl-C) before its budget ran out.
         longest_run: the longest single run of the checks, in seconds (what a budget overrun is due to).
         budget: the campaign's budget in seconds.
+        alpha: the most one stage is granted (the profile's alpha).
+        false_failure_rate: the campaign's false-failure budget: the probability that it fails a
+            correct sampler, over every stage of every worker, is at most this.
+        spent: what this campaign's confirmation stages were granted of it (a sum of levels).
+        share: how the budget is shared: ``None`` for a campaign of one worker, else a phrase.
+        stopped: another worker of the same campaign failed first, and this one stopped early.
     """
 
     variant: str
@@ -103,6 +109,10 @@ class CampaignResult:
     interrupted: bool = False
     longest_run: float = 0.0
     budget: float = math.inf
+    false_failure_rate: float = 0.0
+    spent: float = 0.0
+    share: str | None = None
+    stopped: bool = False
 
     @property
     def screened(self) -> int:
@@ -141,12 +151,19 @@ class CampaignResult:
         return (
             f"{self.screened} cases ({self.screened} batches screened at {trials['min']} to {trials['max']} "
             f"trials per request, median {trials['median']}, "
-            f"{self.screened / minutes:.0f} per minute; {self.confirmations} confirmation stages on fresh "
-            f"trials, false-failure rate <= {max(self.confirmations, 1) * self.alpha:.2g}; {self.skipped} "
+            f"{self.screened / minutes:.0f} per minute; {self.false_failure()}; {self.skipped} "
             f"skipped for time), {self.checks_passed} checks passed at full power, "
             f"{self.checks_inconclusive} inconclusive, {self.samples} samples, best discrepancy "
             f"{self.best_discrepancy:.2f}, "
             f"{self.seconds:.0f} s"
+        )
+
+    def false_failure(self) -> str:
+        """The campaign's false-failure statement: its budget, and what its confirmation stages spent."""
+        share = f"; {self.share}" if self.share else ""
+        return (
+            f"false-failure rate <= {self.false_failure_rate:.2g} for the campaign ({self.confirmations} "
+            f"confirmation stages on fresh trials spent {self.spent:.2g} of it{share})"
         )
 
     def inconclusive_reasons(self, most: int = 3) -> list[str]:
@@ -181,6 +198,10 @@ class CampaignResult:
             "overrun": self.overrun(),
             "screen_trials": self._trial_range(),
             "confirmations": self.confirmations,
+            "false_failure_rate": self.false_failure_rate,
+            "spent": self.spent,
+            "share": self.share,
+            "stopped": self.stopped,
             "skipped": self.skipped,
             "unconfirmed": self.unconfirmed,
             "checks_passed": self.checks_passed,
@@ -199,12 +220,14 @@ class CampaignResult:
 @dataclass(frozen=True)
 class Run:
     """One run of the checks on a batch: its verdicts, the settings that replay them, and (for a
-    search batch) the trials of the screen and of each confirmation stage that led to it."""
+    search batch) the trials of the screen and of each confirmation stage that led to it, and the
+    levels those stages were granted (``levels[0]``, the screen's, is never a failure's)."""
 
     verdicts: list[Verdict]
     trials: int
     seed: int
     ladder: tuple[int, ...] = ()
+    levels: tuple[float, ...] = ()
 
     @property
     def score(self) -> float:
@@ -260,6 +283,60 @@ GRACE = 0.1
 CONFIRM_FACTOR = 4
 
 
+# A campaign's false-failure rate unless it is given one: what every stage of every worker shares.
+FALSE_FAILURE_RATE = 1e-5
+
+
+@dataclass
+class ErrorBudget:
+    """A campaign's false-failure budget, granted one confirmation stage at a time.
+
+    The campaign's stage ``j`` (``j = 1, 2, ...``, counted over all its workers) is tested at level
+    ``min(cap, total / (j (j + 1)))``. Those levels sum to at most ``total`` however many stages run,
+    so by the union bound the campaign fails a correct sampler with probability at most ``total``,
+    whatever the number of screens, confirmations and workers. ``cap`` (the profile's alpha) keeps the
+    first stages at the level a single check states its power at.
+
+    Workers share ``total`` without talking to each other: worker ``worker`` of ``workers`` takes the
+    stages ``j = worker + 1, worker + 1 + workers, ...``, so no two take the same ``j``. Where one
+    process hands out ``j`` to every worker (a Ray campaign's coordinator), ``ledger`` is that call:
+    the first stages then go to whoever confirms first.
+    """
+
+    total: float
+    cap: float
+    worker: int = 0
+    workers: int = 1
+    ledger: Callable[[], int] | None = None
+    stages: int = 0
+    spent: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.total < 1:
+            raise ValueError(f"false_failure_rate is {self.total!r}; expected a probability in (0, 1)")
+        if not 0 <= self.worker < self.workers:
+            raise ValueError(f"worker is {self.worker!r}; expected 0 <= worker < workers = {self.workers}")
+
+    def level(self, stage: int) -> float:
+        """The level of the campaign's stage ``stage`` (1-based)."""
+        return min(self.cap, self.total / (stage * (stage + 1)))
+
+    def grant(self) -> float:
+        """The level of this worker's next confirmation stage, spent from the budget."""
+        stage = self.ledger() if self.ledger is not None else self.worker + 1 + self.stages * self.workers
+        self.stages += 1
+        level = self.level(stage)
+        self.spent += level
+        return level
+
+    def share(self) -> str | None:
+        """How the budget is shared, or ``None`` for a campaign of one worker."""
+        if self.workers == 1:
+            return None
+        how = "from one counter" if self.ledger is not None else "interleaved"
+        return f"shared by {self.workers} workers, stages {how}"
+
+
 def _stages(screen: int, full: int) -> list[int]:
     """The trials of each confirmation stage after a screen of ``screen`` trials."""
     return [t for t in (CONFIRM_FACTOR * screen,) if t < full] + [full]
@@ -293,14 +370,43 @@ def batch_fingerprint(batch: SpecBatch) -> str:
     return digest.hexdigest()
 
 
-def example_database(local: Path | None, shared: Sequence[Path] = ()) -> ExampleDatabase | None:
-    """A local directory database, with read-only shared ones merged in."""
+def is_redis(location: str | Path | None) -> bool:
+    """Whether ``location`` names a Redis server (``redis://``, ``rediss://`` or ``unix://``)."""
+    return isinstance(location, str) and location.split("://", 1)[0] in ("redis", "rediss", "unix")
+
+
+def _database(location: str | Path) -> ExampleDatabase:
+    """The example database at ``location``: Hypothesis's Redis database for a Redis URL (every
+    worker of every host that reaches the server reads what the others saved), else a directory."""
+    if not is_redis(location):
+        return DirectoryBasedExampleDatabase(str(location))
+    try:
+        import redis
+        from hypothesis.extra.redis import RedisExampleDatabase
+    except ImportError as error:
+        raise EnvironmentProblem(
+            f"--database is {location!r}, a Redis URL, and the Redis client is not installed ({error}); "
+            "install it with: pip install 'specsample-harness[cluster]'"
+        ) from error
+    client = redis.Redis.from_url(str(location))
+    try:
+        client.ping()
+    except redis.RedisError as error:
+        raise EnvironmentProblem(
+            f"--database {location!r}: the Redis server does not answer ({error})"
+        ) from error
+    return RedisExampleDatabase(client, key_prefix=b"specsample-fuzz:")
+
+
+def example_database(local: str | Path | None, shared: Sequence[str | Path] = ()) -> ExampleDatabase | None:
+    """The campaign's example database: ``local`` (a directory, or a Redis URL that every worker
+    shares), with read-only ``shared`` ones (directories or Redis URLs) merged in."""
     if local is None and not shared:
         return None
     parts: list[ExampleDatabase] = []
     if local is not None:
-        parts.append(DirectoryBasedExampleDatabase(str(local)))
-    parts.extend(ReadOnlyDatabase(DirectoryBasedExampleDatabase(str(path))) for path in shared)
+        parts.append(_database(local))
+    parts.extend(ReadOnlyDatabase(_database(location)) for location in shared)
     return parts[0] if len(parts) == 1 else MultiplexedDatabase(*parts)
 
 
@@ -322,13 +428,22 @@ def run_campaign(
     database: ExampleDatabase | None = None,
     device: str = "cpu",
     progress: bool = True,
+    errors: ErrorBudget | None = None,
+    stop: Callable[[], bool] | None = None,
+    report: Callable[[CampaignResult], None] | None = None,
+    part: tuple[int, int] = (0, 1),
 ) -> CampaignResult:
     """Fuzz ``variant`` until a check fails, the time budget runs out, or ``rounds`` search rounds ran.
 
     The targeted cases are screened first with up to ``num_samples`` (default: the profile's) trials
     per request, as `TARGETED_SHARE` of the budget allows, then the search's batches with up to the
-    profile's ``screen_trials``; suspicious ones are confirmed in stages up to ``num_samples``.
+    profile's ``screen_trials``; suspicious ones are confirmed in stages up to ``num_samples``, each at
+    the level ``errors`` grants (default: a budget of `FALSE_FAILURE_RATE` for this campaign alone).
     Batches lie inside the variant's declared capabilities.
+
+    A campaign that is worker ``part[0]`` of ``part[1]``: it screens every ``part[1]``-th targeted case
+    (the others screen the rest), ``stop`` says when another worker has failed (the campaign then ends
+    as if out of time, ``stopped``), and ``report`` receives the result so far after each batch.
     """
     caps = capabilities(variant)
     methods = tuple(m for m in (METHODS if methods is None else methods) if m in caps.methods)
@@ -341,6 +456,7 @@ def run_campaign(
     deadline = start + seconds
     overtime = deadline + (GRACE * seconds if math.isfinite(seconds) else 0.0)  # to confirm, to shrink
     cost = CostModel()
+    errors = errors if errors is not None else ErrorBudget(FALSE_FAILURE_RATE, budget.alpha)
     # A screen gets about this much time: a large batch is screened with fewer trials than a small
     # one, so that the search sees many batches (at least `SCREENS_PER_BUDGET` when they are large).
     screen_seconds = max(MIN_SCREEN_SECONDS, seconds / SCREENS_PER_BUDGET)
@@ -350,18 +466,38 @@ def run_campaign(
         coverage=Coverage.of(budget, caps, methods),
         search_wanted=search and rounds != 0 and bool(methods),
         budget=seconds,
+        false_failure_rate=errors.total,
+        share=errors.share(),
     )
+
+    def out_of_time(until: float) -> bool:
+        """Past ``until``, or stopped because another worker of the campaign failed."""
+        if stop is not None and not result.stopped and stop():
+            result.stopped = True
+        return result.stopped or time.monotonic() > until
+
+    def shown() -> None:
+        """The bar, and the result so far to whoever collects the campaign's workers."""
+        _show(bar, result, start)
+        if report is not None:
+            result.seconds = time.monotonic() - start
+            result.spent = errors.spent
+            report(result)
+
     bar = Progress(f"fuzz {spec}", seconds, "s", enabled=progress, ticking=progress)
 
-    def check(batch: SpecBatch, names: Sequence[str], trials: int, case_seed: int, power: int) -> Run:
-        """The checks ``names`` at ``trials`` per request; a clean verdict below ``power`` is inconclusive."""
+    def check(
+        batch: SpecBatch, names: Sequence[str], trials: int, case_seed: int, power: int, level: float
+    ) -> Run:
+        """The checks ``names`` at ``trials`` per request and false-failure rate ``level``; a clean
+        verdict below ``power`` is inconclusive."""
         began = time.monotonic()
         verdicts = run_checks(
             variant,
             batch,
             checks=names,
             num_samples=trials,
-            alpha=budget.alpha,
+            alpha=level,
             seed=case_seed,
             required_samples=power,
         )
@@ -369,7 +505,7 @@ def run_campaign(
         cost.record(took, trials, batch)
         result.longest_run = max(result.longest_run, took)
         result.samples += sum(v.num_samples for v in verdicts)
-        run = Run(verdicts, trials, case_seed)
+        run = Run(verdicts, trials, case_seed, levels=(level,))
         result.best_discrepancy = max(result.best_discrepancy, run.score)
         return run
 
@@ -396,6 +532,7 @@ def run_campaign(
         batch: SpecBatch,
         case_seed: int,
         trials: tuple[int, ...] | None,
+        levels: tuple[float, ...] = (),
         steer: bool = True,
         most: int = screen,
         share: float = screen_seconds,
@@ -404,8 +541,11 @@ def run_campaign(
 
         Each stage reruns only the checks that still look suspicious. ``trials`` fixes the trials of
         the screen and of each stage, as shrinking needs (Hypothesis must see the same outcome for the
-        same example); otherwise they are sized to the time left: at most ``most`` trials for the
-        screen, fewer where they would take more than ``share`` seconds (never fewer than `FEWEST_TRIALS`).
+        same example), and ``levels`` the level of each (a stage is granted its level from the
+        budget only when it first runs); otherwise they are sized to the time left: at most ``most``
+        trials for the screen, fewer where they would take more than ``share`` seconds (never fewer than
+        `FEWEST_TRIALS`). The screen never fails a batch on a p-value, so it runs at the profile's alpha
+        and spends nothing of the budget.
         """
         shrinking = trials is not None
         if trials:
@@ -419,12 +559,12 @@ def run_campaign(
                 return None
             first = max(FEWEST_TRIALS, min(cost.trials_within(share, batch, most), affordable))
             result.screen_trials.append(first)
-        run = check(batch, checks, first, case_seed, first)
+        run = check(batch, checks, first, case_seed, first, budget.alpha)
         if steer:  # inside the search: let Hypothesis steer toward larger discrepancies
             target(run.score, label="discrepancy")
         if run.exact_failure is not None:
-            return Run([run.exact_failure], first, case_seed, ladder=(first,))
-        ladder = [first]
+            return Run([run.exact_failure], first, case_seed, ladder=(first,), levels=(budget.alpha,))
+        ladder, ladder_levels = [first], [budget.alpha]
         suspicious = _suspicious(run.verdicts)
         if not suspicious and not shrinking and first >= required:
             tally(run)  # a screen at the profile's power (a targeted case with time for it) counts
@@ -438,16 +578,24 @@ def run_campaign(
                 result.checks_inconclusive += 1  # suspicious, and no time left to confirm it
                 result.unconfirmed += 1
                 return None
+            level = levels[stage] if shrinking else errors.grant()
             ladder.append(stage_trials)
+            ladder_levels.append(level)
             stage_seed = case_seed + stage * CONFIRM_SEED
-            confirmation = check(batch, suspicious, stage_trials, stage_seed, required)
+            confirmation = check(batch, suspicious, stage_trials, stage_seed, required, level)
             if not shrinking:  # a shrink candidate's runs are not counted: they only order failures
                 result.confirmations += 1
                 # A failure or the last stage counts; a cleared earlier stage is only a screen.
                 if confirmation.failure is not None or wanted >= full:
                     tally(confirmation)
             if confirmation.failure is not None:
-                return Run(confirmation.verdicts, stage_trials, stage_seed, ladder=tuple(ladder))
+                return Run(
+                    confirmation.verdicts,
+                    stage_trials,
+                    stage_seed,
+                    ladder=tuple(ladder),
+                    levels=tuple(ladder_levels),
+                )
             suspicious = _suspicious(confirmation.verdicts)
         return None
 
@@ -462,7 +610,7 @@ def run_campaign(
                 verdict=asdict(verdict),
                 batch=on_device(batch, "cpu"),
                 num_samples=found.trials,
-                alpha=budget.alpha,
+                alpha=found.levels[-1] if found.levels else budget.alpha,
                 seed=found.seed,
                 versions=versions(),
             )
@@ -471,23 +619,25 @@ def run_campaign(
 
     def done() -> CampaignResult:
         result.seconds = time.monotonic() - start
+        result.spent = errors.spent
         _show(bar, result, start)
         bar.close()
         return result
 
     def targeted_cases() -> tuple[Run, SpecBatch, str] | None:
         """The targeted cases at full power where their share of the budget allows it."""
-        cases = targeted_batches(methods, caps) if methods else []
+        cases = (targeted_batches(methods, caps) if methods else [])[part[0] :: part[1]]
         targeted_seconds = TARGETED_SHARE * seconds / max(len(cases), 1)
         for name, batch in cases:
             found = screened_case(
                 on_device(batch, device), seed, None, steer=False, most=full, share=targeted_seconds
             )
-            _show(bar, result, start)
             if found is not None:
                 result.found_after = time.monotonic() - start
+            shown()
+            if found is not None:
                 return found, batch, f"targeted: {name}"
-            if time.monotonic() > deadline:
+            if out_of_time(deadline):
                 break
         return None
 
@@ -505,7 +655,7 @@ def run_campaign(
         seen: dict[tuple[int, str], Run | None] = {}
         described: dict[str, object] = {}
 
-        @hypothesis_seed(round_seed)
+        # `hypothesis.seed` sets ``database=None``: the settings go on top of it, or nothing is saved.
         @settings(
             max_examples=budget.fuzz_examples_per_round,
             deadline=None,
@@ -515,6 +665,7 @@ def run_campaign(
             print_blob=False,
             report_multiple_bugs=False,
         )
+        @hypothesis_seed(round_seed)
         @given(
             batch=strategies.spec_batches(
                 methods=methods, profile=profile, capabilities=caps, describe=described.update
@@ -523,9 +674,10 @@ def run_campaign(
         )
         def example(batch: SpecBatch, case_seed: int) -> None:
             nonlocal smallest, broken
-            if broken is not None or time.monotonic() > (overtime if smallest else deadline):
-                return  # out of time, or the machine failed: the remaining examples are no-ops
+            if broken is not None or out_of_time(overtime if smallest else deadline):
+                return  # out of time, stopped, or the machine failed: the remaining examples are no-ops
             fixed = None if smallest is None else smallest.run.ladder
+            fixed_levels = () if smallest is None else smallest.run.levels
             screened = result.screened
             key = (case_seed, batch_fingerprint(batch))
             if key not in seen and smallest is not None and not shrink:
@@ -533,7 +685,9 @@ def run_campaign(
             try:
                 # Hypothesis replays the smallest failing example at the end: its outcome is known.
                 found = (
-                    seen[key] if key in seen else screened_case(on_device(batch, device), case_seed, fixed)
+                    seen[key]
+                    if key in seen
+                    else screened_case(on_device(batch, device), case_seed, fixed, fixed_levels)
                 )
             except EnvironmentProblem as error:
                 broken = error  # not the sampler's failure: nothing for Hypothesis to shrink
@@ -543,13 +697,19 @@ def run_campaign(
                 result.searched += 1
                 if result.coverage is not None:
                     result.coverage.observe(described)
-            _show(bar, result, start)
+            shown()
             if found is None:
                 return
             if smallest is None:
                 result.found_after = time.monotonic() - start
+                shown()  # a campaign of several workers stops the others now, before shrinking
             smallest = _Found(found, batch)
             raise smallest
+
+        # Saved examples are keyed by what decodes them: the variant, its methods and the profile.
+        example.hypothesis.inner_test._hypothesis_internal_add_digest = (  # type: ignore[attr-defined]
+            f"{spec}|{','.join(methods)}|{profile}".encode()
+        )
 
         # A failure found (and shrunk as far as time allowed) leaves `smallest` holding it; Flaky
         # means the smallest one's final replay ran past the shrink deadline and was a no-op.
@@ -569,9 +729,7 @@ def run_campaign(
         if first is not None:
             return finish(*first)
         round_index = 0
-        while (
-            result.search_wanted and time.monotonic() < deadline and (rounds is None or round_index < rounds)
-        ):
+        while result.search_wanted and not out_of_time(deadline) and (rounds is None or round_index < rounds):
             found = search_round(seed + round_index)
             if found is not None:
                 return finish(found.run, found.batch, f"search round {round_index}")

@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from specsample.fuzz.budget import Throughput, affordable_samples
 from specsample.fuzz.campaign import CampaignResult, run_campaign
 from specsample.fuzz.command import replay
+from specsample.fuzz.mutants import MUTANTS
 from specsample.fuzz.progress import Progress
 from specsample.fuzz.reproducer import versions
 from specsample.fuzz.selftest import SelfTestRecord, run_mutants, table
@@ -234,8 +237,9 @@ LEGEND = (
     "probability; `rate`: the rate of violating samples an exact check sees); **samples** the sampler "
     "outputs it drew; **seconds** its wall time, sampler calls included. The fuzz campaign: **cases** "
     "the batches it screened (every check at few trials per request); **confirmation stages** the "
-    "re-runs of suspicious batches on fresh trials, each at alpha, whose count bounds the campaign's "
-    "false-failure rate; **skipped for time** batches the time left could not check; **checks passed "
+    "re-runs of suspicious batches on fresh trials, each at the level the campaign's false-failure "
+    "budget grants it (at most alpha; the levels of all of them sum to at most the campaign's stated "
+    "rate); **skipped for time** batches the time left could not check; **checks passed "
     "at full power** verdicts from a confirmation's last stage; **best discrepancy** the largest "
     "-log10 of a screen's Bonferroni-adjusted smallest p-value (under a correct sampler it exceeds s "
     "with probability at most 10^-s: 2 is common, 6 would be suspicious, a failed exact check scores "
@@ -340,15 +344,35 @@ def certify(
     device: str,
     methods: tuple[str, ...] | None = None,
     progress: bool = True,
+    pool: Callable[[Sequence[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]]], list[Any]]
+    | None = None,
 ) -> str:
     """Certify ``specs``, print the report, write ``report.md`` and ``report.json`` under ``out``.
+
+    With ``pool`` (`fuzz.cluster.map_on_cluster`: the calls spread over a cluster's workers, each
+    given its own ``device``) every variant and every mutant of the self-test is certified on the
+    next free worker, and the report is the same.
 
     Returns the overall status: ``pass``, ``fail`` or ``inconclusive``.
     """
     start = time.monotonic()
     reports: list[VariantReport] = []
     records: list[SelfTestRecord] = []
-    for spec in specs:
+    if pool is not None:
+        options = {
+            "profile": profile,
+            "campaign_seconds": campaign_seconds,
+            "check_seconds": check_seconds,
+            "methods": methods,
+            "progress": False,
+        }
+        ids = [m for m in MUTANTS if not MUTANTS[m].gpu_only] if mutants else []
+        calls = [(certify_variant, (spec,), options) for spec in specs]
+        calls += [(run_mutants, ([id_],), {"profile": profile, "progress": False}) for id_ in ids]
+        results = pool(calls)
+        reports = results[: len(specs)]
+        records = [record for chunk in results[len(specs) :] for record in chunk]
+    for spec in specs[len(reports) :]:
         reports.append(
             certify_variant(
                 spec,
@@ -363,8 +387,8 @@ def certify(
         if reports[-1].interrupted:
             break  # Ctrl-C: report what ran, certify nothing more
     stopped = len(reports) < len(specs) or any(r.interrupted for r in reports)
-    self_test = "pass"
-    if mutants and not stopped:
+    self_test = "pass" if not records or all(m.killed for m in records) else "fail"
+    if mutants and not stopped and pool is None:
         try:
             records = run_mutants(profile=profile, device=device, progress=progress)
             self_test = "pass" if all(m.killed for m in records) else "fail"

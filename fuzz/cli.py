@@ -35,6 +35,8 @@ CHECK_BUDGET_SECONDS = 480.0
 
 EXIT_PASSED, EXIT_FAILED, EXIT_USAGE, EXIT_INCONCLUSIVE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 DEFAULT_CORPUS = Path("fuzz-corpus-local")
+# The example database the workers of one host share unless --database names another.
+DEFAULT_SHARED_DATABASE = Path(".hypothesis/fuzz-shared")
 
 
 class UsageError(Exception):
@@ -122,6 +124,28 @@ def _variant_and_methods(spec: str, methods: tuple[str, ...] | None) -> tuple[ob
     return variant, chosen
 
 
+def _probability(value: str) -> float:
+    """``--false-failure-rate``: a probability in (0, 1)."""
+    try:
+        number = float(value)
+    except ValueError:
+        number = float("nan")
+    if not 0 < number < 1:
+        raise argparse.ArgumentTypeError(f"--false-failure-rate is {value!r}; expected a number in (0, 1)")
+    return number
+
+
+def _worker(value: str) -> tuple[int, int]:
+    """The hidden ``--worker I/N`` of a local worker process: its index and the campaign's workers."""
+    try:
+        index, count = (int(part) for part in value.split("/"))
+    except ValueError:
+        index, count = -1, 0
+    if not 0 <= index < count:
+        raise argparse.ArgumentTypeError(f"--worker is {value!r}; expected I/N with 0 <= I < N")
+    return index, count
+
+
 def _comma_list(value: str, option: str, known: Iterable[str]) -> tuple[str, ...]:
     """``value`` read as a comma list of names from ``known``; a usage error names ``option``."""
     known = tuple(known)
@@ -143,15 +167,20 @@ def _methods(value: str) -> tuple[str, ...]:
 def cmd_run(args: argparse.Namespace) -> int:
     """Fuzz a variant: targeted cases, then Hypothesis search steered toward large discrepancies.
     Exit 1 with a reproducer on the first failure."""
-    from specsample.fuzz.campaign import example_database, run_campaign
+    from specsample.fuzz.campaign import ErrorBudget, example_database, is_redis, run_campaign
+    from specsample.properties import profiles
 
     _writable(args.corpus, "--corpus")
-    if args.database is not None:
-        _writable(args.database, "--database")
+    if args.database is not None and not is_redis(args.database):
+        _writable(Path(args.database), "--database")
     variant, methods = _variant_and_methods(args.variant, args.methods)
+    if args.cluster is not None:
+        return _run_cluster(args)
     device = _device(args)
-    if args.workers > 1:
+    if (args.workers or 1) > 1:
         return _run_workers(args)
+    worker, workers = args.worker
+    errors = ErrorBudget(args.false_failure_rate, profiles.get(args.profile).alpha, worker, workers)
     if args.blind:
         from specsample.fuzz.selftest import Blind
 
@@ -168,6 +197,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         targeted=not args.no_targeted,
         device=device,
         database=example_database(args.database, args.shared_database),
+        errors=errors,
+        part=args.worker,
     )
     overrun = result.overrun()
     if result.failure is None:
@@ -199,8 +230,35 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_FAILED
 
 
+def _run_cluster(args: argparse.Namespace) -> int:
+    """The campaign on a Ray cluster's workers (`fuzz.cluster`): one verdict, one false-failure rate."""
+    from specsample.fuzz.cluster import CampaignTask, run_campaign_on_cluster
+
+    task = CampaignTask(
+        spec=args.variant,
+        methods=args.methods,
+        profile=args.profile,
+        seconds=args.budget,
+        seed=args.seed,
+        shrink=not args.no_shrink,
+        targeted=not args.no_targeted,
+        blind=args.blind,
+        database=str(args.database or DEFAULT_SHARED_DATABASE),
+        shared=tuple(str(shared) for shared in args.shared_database),
+        false_failure_rate=args.false_failure_rate,
+    )
+    result = run_campaign_on_cluster(
+        task, address=args.cluster, workers=args.workers, device=args.device, corpus=args.corpus
+    )
+    print("\n".join(result.lines()))
+    codes = {"pass": EXIT_PASSED, "fail": EXIT_FAILED, "environment": EXIT_USAGE}
+    codes |= {"interrupted": EXIT_INTERRUPTED, "inconclusive": EXIT_INCONCLUSIVE}
+    return codes[result.status]
+
+
 def _run_workers(args: argparse.Namespace) -> int:
-    """Spread a campaign over processes, one GPU each when there are GPUs, sharing the example database."""
+    """Spread a campaign over processes, one GPU each when there are GPUs, sharing the example database
+    and the campaign's false-failure budget (each worker takes every ``workers``-th stage)."""
     import torch
 
     gpus = torch.cuda.device_count()
@@ -208,10 +266,11 @@ def _run_workers(args: argparse.Namespace) -> int:
         "--variant": args.variant,
         "--profile": args.profile,
         "--corpus": args.corpus,
-        "--database": args.database or Path(".hypothesis/fuzz-shared"),
+        "--database": args.database or DEFAULT_SHARED_DATABASE,
         "--workers": 1,
         "--budget": args.budget,
         "--methods": ",".join(args.methods) if args.methods else None,
+        "--false-failure-rate": repr(args.false_failure_rate),
     }
     argv = [*cmdline.argv(), "run"]
     argv += [str(arg) for name, value in options.items() if value is not None for arg in (name, value)]
@@ -223,24 +282,27 @@ def _run_workers(args: argparse.Namespace) -> int:
         env = dict(os.environ)
         if gpus:
             env["CUDA_VISIBLE_DEVICES"] = str(worker % gpus)
-        procs.append(subprocess.Popen([*argv, "--seed", str(args.seed + 1000 * worker)], env=env))
+        mine = ["--seed", str(args.seed + 1000 * worker), "--worker", f"{worker}/{args.workers}"]
+        procs.append(subprocess.Popen([*argv, *mine], env=env))
     try:
         codes = {p.wait() for p in procs}
     except KeyboardInterrupt:  # each worker got the Ctrl-C too, and reports what it did
         codes = {p.wait() for p in procs}
         return EXIT_INTERRUPTED
+    print(
+        f"campaign of {args.workers} workers: false-failure rate <= {args.false_failure_rate:.2g} for the "
+        "whole campaign (each worker's line says what its stages spent of it)"
+    )
     if EXIT_FAILED in codes:
         return EXIT_FAILED
-    return EXIT_PASSED if codes == {EXIT_PASSED} else EXIT_USAGE
+    if codes <= {EXIT_PASSED, EXIT_INCONCLUSIVE}:
+        return EXIT_PASSED if codes == {EXIT_PASSED} else EXIT_INCONCLUSIVE
+    return EXIT_USAGE  # a worker's usage or environment error
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
     """Re-run reproducers; a fixed bug turns them green (exit 0)."""
-    from specsample.fuzz.reproducer import ReproducerError, load_reproducer
-    from specsample.fuzz.spec import load_variant
-    from specsample.properties.batching import on_device
-    from specsample.properties.checks import CHECKS, run_checks
-    from specsample.reference.contract import capabilities
+    from specsample.fuzz.reproducer import ReproducerError, load_reproducer, replay_verdicts
 
     if not args.path.exists():
         raise UsageError(f"path {args.path} does not exist")
@@ -255,20 +317,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
         except ReproducerError as error:
             raise UsageError(str(error)) from error
         spec = args.variant or reproducer.variant
-        variant = load_variant(spec)
-        outside = capabilities(variant).admits(reproducer.batch)
-        if outside is not None:
+        verdicts = replay_verdicts(reproducer, spec, device, all_checks=args.all_checks)
+        if isinstance(verdicts, str):
             skipped += 1
-            print(f"{path}: {spec}: skipped: {outside} lies outside its declared capabilities")
+            print(f"{path}: {spec}: skipped: {verdicts}")
             continue
-        verdicts = run_checks(
-            variant,
-            on_device(reproducer.batch, device),
-            checks=tuple(CHECKS) if args.all_checks else (reproducer.check,),
-            num_samples=reproducer.num_samples,
-            alpha=reproducer.alpha,
-            seed=reproducer.seed,
-        )
         failed = [v for v in verdicts if v.failed]
         failures += bool(failed)
         status = f"FAILED {failed[0].check}: {failed[0].message}" if failed else "passed"
@@ -346,7 +399,15 @@ def cmd_certify(args: argparse.Namespace) -> int:
     specs = args.variant or list(DEFAULT_VARIANTS)
     for spec in specs:
         load_variant(spec)  # a spec that names nothing is a usage error before any work
-    device = _device(args)
+    pool = None
+    if args.cluster is not None:
+        from specsample.fuzz.cluster import map_on_cluster
+
+        address, workers, wanted = args.cluster, args.workers, args.device
+
+        def pool(calls):  # type: ignore[no-untyped-def]
+            return map_on_cluster(address, workers, wanted, calls)
+
     status = certify(
         specs,
         profile=args.profile,
@@ -354,8 +415,9 @@ def cmd_certify(args: argparse.Namespace) -> int:
         check_seconds=args.check_budget,
         mutants=not args.no_mutants,
         out=args.out,
-        device=device,
+        device=args.device or "cpu" if args.cluster is not None else _device(args),
         methods=args.methods,
+        pool=pool,
     )
     codes = {"pass": EXIT_PASSED, "fail": EXIT_FAILED, "interrupted": EXIT_INTERRUPTED}
     return codes.get(status, EXIT_INCONCLUSIVE)
@@ -482,6 +544,7 @@ def cmd_mutate(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; its usage lines name the program as the user ran it (`command.program`)."""
+    from specsample.fuzz.campaign import FALSE_FAILURE_RATE
     from specsample.fuzz.mutate import DEFAULT_BUDGET
     from specsample.properties.profiles import PROFILES
 
@@ -497,6 +560,14 @@ def build_parser() -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_, description=handler.__doc__)
         sub.set_defaults(handler=handler)
         return sub
+
+    def cluster(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument(
+            "--cluster",
+            metavar="ADDRESS",
+            help="spread the work over a Ray cluster: 'local' starts one on this machine, 'auto' joins the "
+            "one `ray start` made here, ray://HOST:PORT or HOST:PORT joins another",
+        )
 
     def common(sub: argparse.ArgumentParser, profile: bool = True) -> None:
         if profile:
@@ -515,11 +586,25 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int, default=0, help="seed of the search (default: 0)")
     corpus_help = f"where reproducers are written (default: {DEFAULT_CORPUS})"
     run.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS, help=corpus_help)
-    run.add_argument("--database", type=Path, help="local Hypothesis example database directory")
-    shared_help = "a read-only example database merged in (repeatable)"
-    run.add_argument("--shared-database", type=Path, action="append", default=[], help=shared_help)
-    workers_help = "processes (one GPU each when GPUs are visible)"
-    run.add_argument("--workers", type=_number(int, 1, "--workers"), default=1, help=workers_help)
+    database_help = (
+        "the Hypothesis example database: a directory, or redis://HOST:PORT/DB that every worker of every "
+        f"host shares (default: none; with --workers or --cluster {DEFAULT_SHARED_DATABASE})"
+    )
+    run.add_argument("--database", help=database_help)
+    shared_help = "a read-only example database merged in: a directory or a Redis URL (repeatable)"
+    run.add_argument("--shared-database", action="append", default=[], help=shared_help)
+    workers_help = (
+        "workers: processes of this host, one GPU each when GPUs are visible (default 1); with --cluster, "
+        "Ray workers (default: one per GPU of the cluster, else one per CPU)"
+    )
+    run.add_argument("--workers", type=_number(int, 1, "--workers"), help=workers_help)
+    cluster(run)
+    rate_help = (
+        "the campaign's false-failure rate: the probability that it fails a correct sampler, over every "
+        f"confirmation of every worker (default: {FALSE_FAILURE_RATE:g})"
+    )
+    run.add_argument("--false-failure-rate", type=_probability, default=FALSE_FAILURE_RATE, help=rate_help)
+    run.add_argument("--worker", type=_worker, default=(0, 1), help=argparse.SUPPRESS)
     run.add_argument("--no-shrink", action="store_true", help="report the first failure without shrinking it")
     run.add_argument("--no-targeted", action="store_true", help="skip the targeted cases: random search only")
     blind_help = "treat the variant as foreign (no coupled check): the statistical checks must find the bug"
@@ -575,6 +660,9 @@ def build_parser() -> argparse.ArgumentParser:
         "ending in .md (its JSON beside it, with .json)",
     )
     cert.add_argument("--no-mutants", action="store_true", help="skip the mutant self-test")
+    cluster(cert)
+    cert_workers_help = "with --cluster: Ray workers (default: one per GPU of the cluster, else one per CPU)"
+    cert.add_argument("--workers", type=_number(int, 1, "--workers"), help=cert_workers_help)
     common(cert)
 
     mut = command("mutate", cmd_mutate, "mutation-test a variant's @triton.jit kernels: the kill matrix")

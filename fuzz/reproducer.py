@@ -219,3 +219,27 @@ def load_reproducer(path: Path) -> Reproducer:
     except ValueError as error:
         raise bad(f"its batch breaks the contract: {error}") from error
     return reproducer
+
+
+def replay_verdicts(
+    reproducer: Reproducer, spec: str, device: str, all_checks: bool = False
+) -> list[Any] | str:
+    """Run the reproducer's check (or every check) on ``spec`` with its recorded settings: the
+    verdicts, or why it was skipped (its batch lies outside the variant's declared capabilities)."""
+    from specsample.fuzz.spec import load_variant
+    from specsample.properties.batching import on_device
+    from specsample.properties.checks import CHECKS, run_checks
+    from specsample.reference.contract import capabilities
+
+    variant = load_variant(spec)
+    outside = capabilities(variant).admits(reproducer.batch)
+    if outside is not None:
+        return f"{outside} lies outside its declared capabilities"
+    return run_checks(
+        variant,
+        on_device(reproducer.batch, device),
+        checks=tuple(CHECKS) if all_checks else (reproducer.check,),
+        num_samples=reproducer.num_samples,
+        alpha=reproducer.alpha,
+        seed=reproducer.seed,
+    )
