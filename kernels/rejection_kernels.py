@@ -957,19 +957,42 @@ def _fast_block_masses(target_row_ptr, draft_row_ptr, first, records, block_scal
     """`sample_kernel`'s fast way (`_fast_row`) over the ``SPAN`` tokens from ``first``, a block of
     ``NOISE_GROUP`` at a time: each block's mass recorded as ``(top, sum)`` of its `_fast_weights`,
     or ``(-inf, 0)`` where the sum is 0 (`_emit_token` then tells a row without mass from one whose
-    weights all underflowed by computing it again). Draft logits are read only if ``RESIDUAL``."""
-    lanes = tl.arange(0, NOISE_GROUP)
-    for group in range(0, SPAN, NOISE_GROUP):
-        tokens = first + group + lanes
-        x = tl.load(target_row_ptr + tokens)
-        y = tl.load(draft_row_ptr + tokens) if RESIDUAL else x
-        weights = _fast_weights(
-            x, y, target_max, residual_log_sum, draft_max, draft_log_sum, inv_temperature, tokens,
-            draft_token, RESIDUAL,
+    weights all underflowed by computing it again). Draft logits are read only if ``RESIDUAL``.
+
+    A split shorter than a block (the only split of a vocabulary of ``SPAN < NOISE_GROUP`` tokens)
+    is one block of ``SPAN`` lanes: reading ``NOISE_GROUP`` there ran past the row (into the rows
+    after it, or past the tensor), whose logits then gave the block a mass its own tokens lack."""
+    if SPAN < NOISE_GROUP:
+        _fast_block_mass(
+            target_row_ptr, draft_row_ptr, first, 0, records, block_scale_ptr, block_sum_ptr, top,
+            target_max, residual_log_sum, draft_max, draft_log_sum, inv_temperature, draft_token, SPAN,
+            RESIDUAL,
         )  # fmt: skip
-        total = tl.sum(weights, axis=0)
-        tl.store(block_scale_ptr + records + group // NOISE_GROUP, tl.where(total > 0.0, top, NEG_INF))
-        tl.store(block_sum_ptr + records + group // NOISE_GROUP, total)
+    else:
+        for group in range(0, SPAN, NOISE_GROUP):
+            _fast_block_mass(
+                target_row_ptr, draft_row_ptr, first, group, records, block_scale_ptr, block_sum_ptr, top,
+                target_max, residual_log_sum, draft_max, draft_log_sum, inv_temperature, draft_token,
+                NOISE_GROUP, RESIDUAL,
+            )  # fmt: skip
+
+
+@triton.jit
+def _fast_block_mass(target_row_ptr, draft_row_ptr, first, group, records, block_scale_ptr, block_sum_ptr,
+                     top, target_max, residual_log_sum, draft_max, draft_log_sum, inv_temperature,
+                     draft_token, WIDTH: tl.constexpr, RESIDUAL: tl.constexpr):  # fmt: skip
+    """One block of `_fast_block_masses`: the ``WIDTH`` tokens from ``first + group``, every one inside
+    the row, recorded at the block ``group // NOISE_GROUP`` of ``records``."""
+    tokens = first + group + tl.arange(0, WIDTH)
+    x = tl.load(target_row_ptr + tokens)
+    y = tl.load(draft_row_ptr + tokens) if RESIDUAL else x
+    weights = _fast_weights(
+        x, y, target_max, residual_log_sum, draft_max, draft_log_sum, inv_temperature, tokens,
+        draft_token, RESIDUAL,
+    )  # fmt: skip
+    total = tl.sum(weights, axis=0)
+    tl.store(block_scale_ptr + records + group // NOISE_GROUP, tl.where(total > 0.0, top, NEG_INF))
+    tl.store(block_sum_ptr + records + group // NOISE_GROUP, total)
 
 
 @triton.jit

@@ -346,3 +346,30 @@ def test_every_kernel_compiles_for_the_gpu_without_one(tmp_path: pathlib.Path) -
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.count("compiled") >= 6 * 4, result.stdout
+
+
+@pytest.mark.parametrize("vocab", [16, 64])
+def test_a_vocabulary_shorter_than_a_noise_block_reads_only_its_own_row(vocab: int) -> None:
+    """A vocabulary of a power of two below `NOISE_GROUP` tokens is one split shorter than a block,
+    taken the fast way: its block mass must come from its own tokens. Request 0's draft row equals its
+    target row (one-hot at token 9) and its draft has probability 0, so the draft is rejected and the
+    residual has no mass: the specification draws from p, token 9, every time. Read past the row, the
+    rows after it gave the block a mass, and the empty block's first token, 0, came out (the Triton
+    sampler on an H200 emitted it in 9 % of a search batch's samples). The request after it has rows
+    enough that a read of `NOISE_GROUP` tokens stays inside the tensors, so the old read saw those
+    rows every time rather than whatever lay past the tensors."""
+    one_hot = np.full((2, vocab), -np.inf)
+    one_hot[:, 9] = 3.0
+    rng = np.random.default_rng(5)
+    n = int(jit.NOISE_GROUP) // vocab + 1
+    after = RequestData(
+        rng.normal(size=(n + 1, vocab)), rng.integers(0, vocab, n), rng.normal(size=(n, vocab))
+    )
+    emitted = []
+    for seed in range(6):
+        batch = make_batch(
+            [RequestData(one_hot, [5], one_hot[:1].copy(), 10000.0, seed), after], device=DEVICE
+        )
+        out = rejection.rejection_sample(batch, plan="split")
+        emitted.append((int(out.num_emitted[0]), int(out.token_ids[0, 0])))
+    assert emitted == [(1, 9)] * 6

@@ -42,3 +42,16 @@ def test_a_reproducer_outside_a_variants_capabilities_is_skipped(capsys: pytest.
     assert block
     assert main(["replay", str(block[0]), "--variant", "torch", "--device", "cpu"]) == EXIT_INCONCLUSIVE
     assert "skipped: method block lies outside its declared capabilities" in capsys.readouterr().out
+
+
+FOUND = Path(__file__).resolve().parent.parent / "found"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("path", sorted(FOUND.glob("*.json")), ids=lambda p: p.stem)
+def test_what_the_search_found_in_our_sampler_stays_fixed(
+    path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Failures the search found in the Triton sampler on a GPU (fuzz/found/README.md), replayed on a
+    GPU, where its split launch plan runs: each passes since its fix."""
+    assert main(["replay", str(path), "--device", "cuda"]) == EXIT_PASSED, capsys.readouterr().out
