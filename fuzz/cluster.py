@@ -25,6 +25,7 @@ searched, so the campaign is never reported as passed.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import socket
 import tempfile
@@ -33,6 +34,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from specsample.fuzz import command
 from specsample.fuzz.campaign import CampaignResult, ErrorBudget
 from specsample.fuzz.progress import Progress
 from specsample.properties import profiles
@@ -337,8 +339,6 @@ class ClusterResult:
             )
             lines += [f"  {line}" for line in verdict.explain()[1:]]
         if self.reproducer is not None:
-            from specsample.fuzz import command
-
             lines.append(f"Reproducer: {self.reproducer}\nReplay:     {command.replay(self.reproducer)}")
         if self.replayed is not None:
             lines.append(f"  replayed on {self.replayed}")
@@ -442,7 +442,9 @@ def run_campaign_on_cluster(
     if failure is not None and failure.reproducer is not None and failure.reproducer_name is not None:
         corpus.mkdir(parents=True, exist_ok=True)
         result.reproducer = corpus / failure.reproducer_name
-        result.reproducer.write_text(failure.reproducer)
+        data = json.loads(failure.reproducer)
+        data["replay"] = command.replay(result.reproducer)  # here, not the worker's temporary folder
+        result.reproducer.write_text(json.dumps(data, indent=1) + "\n")
         others = [i for i in range(count) if i != failure.worker and i not in pending]
         if others and not interrupted:
             other = others[0]

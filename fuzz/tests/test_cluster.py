@@ -6,6 +6,7 @@ The Ray tests start a real local Ray cluster of two worker processes and a real 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -223,7 +224,8 @@ def test_a_planted_bug_found_on_one_worker_replays_on_the_other(
     stops the other, the reproducer lands in the corpus here and fails again on the other worker, and
     the failing batch is in Redis: a later campaign on its own finds it on its first batch."""
     corpus = tmp_path / "corpus"
-    argv = ["run", "--variant", "M02", "--cluster", ray_cluster, "--workers", "2", "--budget", "60"]
+    # The first failure ends the campaign (about 10 s here); the budget is room for a loaded machine.
+    argv = ["run", "--variant", "M02", "--cluster", ray_cluster, "--workers", "2", "--budget", "150"]
     argv += ["--database", redis_url, "--corpus", str(corpus), "--no-targeted", "--blind", "--no-shrink"]
     code = cli.main([*argv, "--device", "cpu"])
     out = capsys.readouterr().out
@@ -234,6 +236,7 @@ def test_a_planted_bug_found_on_one_worker_replays_on_the_other(
     assert f"replayed on worker {1 - finder} " in out
     assert out.split("replayed on worker ")[1].split(": ", 1)[1].startswith("FAILED law_of_m")
     [reproducer] = corpus.glob("*.json")
+    assert str(reproducer) in json.loads(reproducer.read_text())["replay"]
     assert cli.main(["replay", str(reproducer), "--device", "cpu"]) == cli.EXIT_FAILED
 
     import redis
