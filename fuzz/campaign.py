@@ -480,8 +480,6 @@ def run_campaign(
         """The bar, and the result so far to whoever collects the campaign's workers."""
         _show(bar, result, start)
         if report is not None:
-            result.seconds = time.monotonic() - start
-            result.spent = errors.spent
             report(result)
 
     bar = Progress(f"fuzz {spec}", seconds, "s", enabled=progress, ticking=progress)

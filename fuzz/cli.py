@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import shlex
@@ -403,10 +404,7 @@ def cmd_certify(args: argparse.Namespace) -> int:
     if args.cluster is not None:
         from specsample.fuzz.cluster import map_on_cluster
 
-        address, workers, wanted = args.cluster, args.workers, args.device
-
-        def pool(calls):  # type: ignore[no-untyped-def]
-            return map_on_cluster(address, workers, wanted, calls)
+        pool = functools.partial(map_on_cluster, args.cluster, args.workers, args.device)
 
     status = certify(
         specs,
@@ -415,7 +413,7 @@ def cmd_certify(args: argparse.Namespace) -> int:
         check_seconds=args.check_budget,
         mutants=not args.no_mutants,
         out=args.out,
-        device=args.device or "cpu" if args.cluster is not None else _device(args),
+        device=(args.device or "cpu") if args.cluster is not None else _device(args),
         methods=args.methods,
         pool=pool,
     )

@@ -220,10 +220,7 @@ class Worker:
                 progress = {
                     "screened": result.screened,
                     "confirmations": result.confirmations,
-                    "best": result.best_discrepancy,
-                    "seconds": result.seconds,
                     "found": found,
-                    "done": final,
                 }
                 coordinator.report.remote(self.index, progress)
 

@@ -18,7 +18,13 @@ from pathlib import Path
 import pytest
 
 from specsample.fuzz import cli
-from specsample.fuzz.campaign import FALSE_FAILURE_RATE, ErrorBudget, example_database, run_campaign
+from specsample.fuzz.campaign import (
+    FALSE_FAILURE_RATE,
+    CampaignResult,
+    ErrorBudget,
+    example_database,
+    run_campaign,
+)
 from specsample.fuzz.mutants import MUTANTS
 from specsample.fuzz.selftest import Blind
 from specsample.reference.walk import WalkSampler
@@ -106,6 +112,20 @@ def test_local_workers_interleave_the_stages_of_one_budget(
     assert "campaign of 2 workers: false-failure rate <= 1e-05 for the whole campaign" in out
 
 
+def _search_m02(database: object, seed: int = 0) -> CampaignResult:
+    """The search alone on the planted bug M02 (blind, no shrinking) with ``database``."""
+    return run_campaign(
+        Blind(MUTANTS["M02"].load()),
+        "M02",
+        seconds=20,
+        targeted=False,
+        shrink=False,
+        seed=seed,
+        progress=False,
+        database=example_database(database),  # type: ignore[arg-type]
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 # The example database: what one campaign found, the next one tries first
 
@@ -114,27 +134,10 @@ def test_a_failure_saved_by_one_campaign_is_the_next_ones_first_batch(tmp_path: 
     """The search saves its failure in the example database; a later campaign, with another search
     seed, screens it first (before this was mended, `hypothesis.seed` dropped the database)."""
     database = tmp_path / "db"
-    first = run_campaign(
-        Blind(MUTANTS["M02"].load()),
-        "M02",
-        seconds=20,
-        targeted=False,
-        shrink=False,
-        progress=False,
-        database=example_database(database),
-    )
+    first = _search_m02(database)
     assert first.failure is not None
     assert any(database.rglob("*")), "nothing was saved"
-    second = run_campaign(
-        Blind(MUTANTS["M02"].load()),
-        "M02",
-        seconds=20,
-        targeted=False,
-        shrink=False,
-        seed=12345,
-        progress=False,
-        database=example_database(database),
-    )
+    second = _search_m02(database, seed=12345)
     assert second.failure is not None and second.searched == 1
     # keyed by the variant: a correct sampler with the same database does not replay M02's batch
     clean = run_campaign(
@@ -243,16 +246,7 @@ def test_a_planted_bug_found_on_one_worker_replays_on_the_other(
 
     keys = redis.Redis.from_url(redis_url).keys("specsample-fuzz:*")
     assert keys, "the failing batch was not saved in Redis"
-    later = run_campaign(
-        Blind(MUTANTS["M02"].load()),
-        "M02",
-        seconds=20,
-        targeted=False,
-        shrink=False,
-        seed=777,
-        progress=False,
-        database=example_database(redis_url),
-    )
+    later = _search_m02(redis_url, seed=777)
     assert later.failure is not None and later.searched == 1
 
 
