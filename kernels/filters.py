@@ -106,9 +106,10 @@ CAPACITY = 4096
 MAX_CAPACITY = 16384
 # The interpreter sorts slowly (about 1 s a row for 1,024 keys): it compacts at most this many.
 INTERPRETER_CAPACITY = 32
-# Values top-p's first pass tries (`filter_mass_kernel`): an interval of 1/32 of the row's span of
-# logits holds at most CAPACITY tokens in most rows, which are then sorted rather than searched.
-FIRST_WAYS = 32
+# Values each of top-p's two chunked passes tries (`filter_mass_kernel`): an interval of 1/256 of the
+# row's span of logits holds at most CAPACITY tokens in most rows, which are then sorted rather than
+# searched (Gaussian logits, V = 128256, top-p 0.9: about 1,700). Each pass's cost grows with it.
+FIRST_WAYS = 16
 # Candidates up to this many are sorted in a tile this wide (`_sorted`).
 SMALL_SORT = tl.constexpr(256)
 # A row's tile maxima: at most MAX_TILES of them, each over at least MIN_TILE tokens (`maxima_tile`).
@@ -120,6 +121,8 @@ MIN_TILE = 16
 SEARCH_PASSES = 1 + -(-32 // (WAYS.bit_length() - 1))
 # Elements of a search pass's [BLOCK_V, WAYS] tile in a row's program, at most, on a GPU.
 SEARCH_TILE = 16384
+# Elements of top-p's chunked passes' [BLOCK_V, WAYS] sums (`_chunk_masses`), at most, on a GPU.
+MASS_TILE = 8192
 # The tile width of a row's program's compaction, on a GPU.
 SCAN_BLOCK = 8192
 # Warps of a row's search program and of top-p's first pass.
@@ -411,8 +414,9 @@ def _top_p_sorted(cand, kept_key, top_p, max_key, row_max, inv_temperature):
 # ---------------------------------------------------------------------------------------------
 # Kernels, launched in this order by `filter_thresholds`. Grid (R, C): a program per chunk of a row;
 # grid (R,): a program per row. A row's state lies in `row_stats` (float32: max, sum, least logit,
-# top-p's target and the mass above its interval) and `row_state` (int64, the `STATE_*` fields).
-# Counts that change from call to call are not specialised on.
+# top-p's target and the masses above its intervals) and `row_state` (int64, the `STATE_*` fields).
+# Counts that change from call to call are not specialised on; the row stride and the vocabulary
+# are (a multiple of 16 lets the passes load 16 bytes a thread at once).
 
 # A row's mode: what its chunks' second pass does for it.
 MODE_NONE = tl.constexpr(0)  # nothing filters: t = -inf
@@ -425,37 +429,49 @@ STATE_LO = tl.constexpr(2)
 STATE_HI = tl.constexpr(3)
 STATE_TOP_P_LO = tl.constexpr(4)  # top-p's interval after its first pass
 STATE_TOP_P_HI = tl.constexpr(5)
-STATE_FIELDS = tl.constexpr(6)
-STATS_FIELDS = tl.constexpr(5)
+STATE_FINAL_LO = tl.constexpr(6)  # top-p's interval after its second pass
+STATE_FINAL_HI = tl.constexpr(7)
+STATE_FIELDS = tl.constexpr(8)
+STATS_TARGET = tl.constexpr(3)  # top-p's target: top_p times the kept mass
+STATS_MASS_HI = tl.constexpr(4)  # the mass above top-p's interval after its first pass
+STATS_FINAL_MASS_HI = tl.constexpr(5)  # after its second
+STATS_FIELDS = tl.constexpr(6)
 
 
-@triton.jit(do_not_specialize=["logits_stride", "vocab_size", "chunk_size", "num_tiles"])
+@triton.jit(do_not_specialize=["num_tiles"])
 def filter_stats_kernel(logits_ptr, temperature_ptr, chunk_stats_ptr, tile_max_ptr, logits_stride, vocab_size,
-                        chunk_size, num_tiles, BLOCK_V: tl.constexpr, TILE: tl.constexpr):  # fmt: skip
+                        num_tiles, BLOCK_V: tl.constexpr, TILE: tl.constexpr,
+                        TILES_PER_CHUNK: tl.constexpr):  # fmt: skip
     """Grid (R, C): each chunk's ``(max, sum of exp((z - max) / T), least logit)`` into ``chunk_stats
     [R, C, 3]``, the sum rescaled as the max grows, and the max of every ``TILE`` tokens into ``tile_max
-    [R, num_tiles]``."""
+    [R, num_tiles]``. A chunk is ``TILES_PER_CHUNK`` tiles of ``BLOCK_V`` tokens (a loop of known
+    length, which the compiler pipelines), each loaded as ``[BLOCK_V / TILE, TILE]``: a maximum a
+    line."""
     row = tl.program_id(0)
     chunk = tl.program_id(1)
     row_ptr = logits_ptr + row.to(tl.int64) * logits_stride
     maxima_ptr = tile_max_ptr + row.to(tl.int64) * num_tiles
-    begin, end = _chunk_span(chunk, chunk_size, vocab_size)
     inv_temperature = inverse_temperature(tl.load(temperature_ptr + row))
     chunk_max = tl.full([], NEG_INF, tl.float32)
     chunk_sum = tl.full([], 0.0, tl.float32)
     least = tl.full([], POS_INF, tl.float32)
-    tile_start = begin
-    while tile_start < end:
-        x, in_vocab = _tile(row_ptr, tile_start, end, BLOCK_V)
-        tiles = tile_start // TILE + tl.arange(0, BLOCK_V // TILE)
-        maxima = tl.max(tl.reshape(x, (BLOCK_V // TILE, TILE)), axis=1)
+    lines = tl.arange(0, BLOCK_V // TILE)
+    lanes = tl.arange(0, TILE)
+    for t in range(TILES_PER_CHUNK):
+        tile_start = (chunk * TILES_PER_CHUNK + t) * BLOCK_V
+        tokens = tile_start + lines[:, None] * TILE + lanes[None, :]
+        in_vocab = tokens < vocab_size
+        x = clean_logit(tl.load(row_ptr + tokens, mask=in_vocab, other=NEG_INF))
+        maxima = tl.max(x, axis=1)
+        tiles = tile_start // TILE + lines
         tl.store(maxima_ptr + tiles, maxima, mask=tiles < num_tiles)
-        new_max = tl.maximum(chunk_max, tl.max(x, axis=0))
+        new_max = tl.maximum(chunk_max, tl.max(maxima, axis=0))
         weights = _weights(x, in_vocab, new_max, inv_temperature)
-        chunk_sum = chunk_sum * rescale_factor(chunk_max, new_max, inv_temperature) + tl.sum(weights, axis=0)
+        chunk_sum = chunk_sum * rescale_factor(chunk_max, new_max, inv_temperature) + tl.sum(
+            tl.sum(weights, axis=1), axis=0
+        )
         chunk_max = new_max
-        least = tl.minimum(least, tl.min(tl.where(in_vocab, x, POS_INF), axis=0))
-        tile_start += BLOCK_V
+        least = tl.minimum(least, tl.min(tl.min(tl.where(in_vocab, x, POS_INF), axis=1), axis=0))
     out = chunk_stats_ptr + (row * tl.num_programs(1) + chunk).to(tl.int64) * 3
     tl.store(out, chunk_max)
     tl.store(out + 1, chunk_sum)
@@ -530,12 +546,45 @@ def filter_start_kernel(temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, chunk_
     tl.store(counter_ptr + row, 0)
 
 
-@triton.jit(do_not_specialize=["logits_stride", "vocab_size", "chunk_size"])
-def filter_mass_kernel(logits_ptr, temperature_ptr, row_stats_ptr, row_state_ptr, masses_ptr, logits_stride,
-                       vocab_size, chunk_size, WAYS: tl.constexpr, BLOCK_V: tl.constexpr):  # fmt: skip
-    """Grid (R, C), rows of mode top-p: each chunk's masses above the first top-p pass's ``WAYS`` cuts
-    (lane 0 the interval's ``lo``, whose mass is the kept mass; the others evenly spaced values from
-    `_top_p_floor` to the max) into ``masses [R, C, WAYS]``."""
+@triton.jit
+def _chunk_masses(row_ptr, chunk, vocab_size, cuts, row_max, inv_temperature, BLOCK_V: tl.constexpr,
+                  WAYS: tl.constexpr, TILES: tl.constexpr):  # fmt: skip
+    """``[WAYS]`` sum of ``exp((z - max) / T)`` over the chunk's tokens (``TILES`` tiles of ``BLOCK_V``)
+    whose order key is ``> cuts[j]`` (int32 cuts).
+
+    Every (lane, cut) pair keeps its own sum across the tiles, reduced once at the end: each cut's
+    mass is a fixed sum of non-negative terms in the same order whatever the cut, so it never
+    decreases as the cut does, and the same cut gets the same mass in any lane of any pass."""
+    acc = tl.zeros([BLOCK_V, WAYS], tl.float32)
+    for t in range(TILES):
+        x, in_vocab = _tile(row_ptr, (chunk * TILES + t) * BLOCK_V, vocab_size, BLOCK_V)
+        weights = _weights(x, in_vocab, row_max, inv_temperature)
+        acc += tl.where(_keys(x, in_vocab)[:, None] > cuts[None, :], weights[:, None], 0.0)
+    return tl.sum(acc, axis=0)
+
+
+@triton.jit
+def _chunks_sum(masses_ptr, row, num_chunks, WAYS: tl.constexpr):
+    """``[WAYS]`` a row's chunk masses added in chunk order: the same sums in every program."""
+    base = (row * num_chunks).to(tl.int64) * WAYS + tl.arange(0, WAYS)
+    masses = tl.load(masses_ptr + base)
+    c = 1
+    while c < num_chunks:
+        masses += tl.load(masses_ptr + base + c * WAYS)
+        c += 1
+    return masses
+
+
+@triton.jit(do_not_specialize=["num_chunks"])
+def filter_mass_kernel(logits_ptr, temperature_ptr, top_p_ptr, row_stats_ptr, row_state_ptr, first_ptr,
+                       masses_ptr, logits_stride, vocab_size, num_chunks, SECOND: tl.constexpr,
+                       WAYS: tl.constexpr, BLOCK_V: tl.constexpr, TILES: tl.constexpr):  # fmt: skip
+    """Grid (R, C), rows of mode top-p: each chunk's masses above a top-p pass's ``WAYS`` cuts into
+    ``masses [R, C, WAYS]``. The first pass (``SECOND`` false) cuts ``(min-p's key - 1, max]``: lane 0
+    its lower end, whose mass is the kept mass, the others values evenly spaced from `_top_p_floor`
+    to the max. The second adds the first's masses (``first_ptr``) over the chunks in chunk order,
+    which narrow the interval (chunk 0 records it, top-p's target and the mass above it), and cuts
+    the narrowed interval by value the same way."""
     row = tl.program_id(0)
     chunk = tl.program_id(1)
     state = row_state_ptr + row * STATE_FIELDS
@@ -544,58 +593,86 @@ def filter_mass_kernel(logits_ptr, temperature_ptr, row_stats_ptr, row_state_ptr
         least = tl.load(row_stats_ptr + row * STATS_FIELDS + 2)
         inv_temperature = inverse_temperature(tl.load(temperature_ptr + row))
         floor = _top_p_floor(row_max, least, inv_temperature)
-        cuts = _cuts(tl.load(state + STATE_LO), tl.load(state + STATE_HI), floor, True, WAYS)
-        begin, end = _chunk_span(chunk, chunk_size, vocab_size)
-        # (The counts go unused: the compaction counts the tokens of the narrowed interval.)
-        masses, _ = _masses_above(
-            logits_ptr + row.to(tl.int64) * logits_stride, begin, end, cuts.to(tl.int32), row_max,
-            inv_temperature, BLOCK_V, WAYS,
+        lo = tl.load(state + STATE_LO)
+        hi = tl.load(state + STATE_HI)
+        if SECOND:
+            cuts = _cuts(lo, hi, floor, True, WAYS)
+            # (The counts go unused: the compaction counts the tokens of the narrowed interval.)
+            lo, hi, target, mass_hi, _, _ = _first_narrow_top_p(
+                cuts, _chunks_sum(first_ptr, row, num_chunks, WAYS), tl.zeros([WAYS], tl.int32),
+                tl.load(top_p_ptr + row), lo, hi, WAYS,
+            )  # fmt: skip
+            if chunk == 0:
+                tl.store(state + STATE_TOP_P_LO, lo)
+                tl.store(state + STATE_TOP_P_HI, hi)
+                tl.store(row_stats_ptr + row * STATS_FIELDS + STATS_TARGET, target)
+                tl.store(row_stats_ptr + row * STATS_FIELDS + STATS_MASS_HI, mass_hi)
+        cuts = _cuts(lo, hi, floor, True, WAYS)
+        masses = _chunk_masses(
+            logits_ptr + row.to(tl.int64) * logits_stride, chunk, vocab_size, cuts.to(tl.int32), row_max,
+            inv_temperature, BLOCK_V, WAYS, TILES,
         )  # fmt: skip
         out = (row * tl.num_programs(1) + chunk).to(tl.int64) * WAYS + tl.arange(0, WAYS)
         tl.store(masses_ptr + out, masses)
 
 
-@triton.jit(do_not_specialize=["logits_stride", "vocab_size", "chunk_size", "num_chunks", "capacity"])
-def filter_compact_kernel(logits_ptr, temperature_ptr, top_p_ptr, row_stats_ptr, row_state_ptr, masses_ptr,
-                          candidates_ptr, counter_ptr, chunk_min_ptr, logits_stride, vocab_size, chunk_size,
-                          num_chunks, capacity, WAYS: tl.constexpr, BLOCK_V: tl.constexpr,
+@triton.jit
+def _compact_chunk(row_ptr, out_ptr, chunk, vocab_size, lo, hi, capacity, counter_ptr, kept_key,
+                   BLOCK_V: tl.constexpr, TILES: tl.constexpr):  # fmt: skip
+    """`_compact` of a chunk (``TILES`` tiles of ``BLOCK_V``) that shares its row: the tokens with an
+    order key in ``[lo, hi)`` (int32 bounds) counted on the row's counter (an atomic add a tile that
+    holds one) and their keys written from the slots it returns, those below ``capacity``; returns
+    the chunk's smallest logit whose key is ``>= kept_key`` (``+inf``: none)."""
+    smallest = tl.full([BLOCK_V], POS_INF, tl.float32)
+    for t in range(TILES):
+        x, in_vocab = _tile(row_ptr, (chunk * TILES + t) * BLOCK_V, vocab_size, BLOCK_V)
+        keys = _keys(x, in_vocab)
+        smallest = tl.minimum(smallest, tl.where(keys >= kept_key, x, POS_INF))
+        taken = ((keys >= lo) & (keys < hi)).to(tl.int32)
+        count = tl.sum(taken, axis=0)
+        if count > 0:
+            slot = tl.atomic_add(counter_ptr, count) + tl.cumsum(taken, axis=0) - 1
+            tl.store(out_ptr + slot, keys, mask=(taken > 0) & (slot < capacity))
+    return tl.min(smallest, axis=0)
+
+
+@triton.jit(do_not_specialize=["num_chunks", "capacity"])
+def filter_compact_kernel(logits_ptr, temperature_ptr, row_stats_ptr, row_state_ptr, masses_ptr,
+                          candidates_ptr, counter_ptr, chunk_min_ptr, logits_stride, vocab_size, num_chunks,
+                          capacity, WAYS: tl.constexpr, BLOCK_V: tl.constexpr, TILES: tl.constexpr,
                           CAPACITY: tl.constexpr):  # fmt: skip
-    """Grid (R, C): each chunk's share of its row's second pass. Top-k rows: the tokens of ``[lo, hi)``
-    counted and compacted (up to ``capacity``, slots from the row's counter). Top-p rows: the first
+    """Grid (R, C): each chunk's share of its row's last pass. Top-k rows: the tokens of ``[lo, hi)``
+    counted and compacted (up to ``capacity``, slots from the row's counter). Top-p rows: the second
     pass's masses added over the chunks in chunk order (the same sums in every program), which
-    narrow ``(lo, hi]`` (chunk 0 records it), then its tokens counted and compacted. Every row that
-    filters: the chunk's smallest logit at or above min-p's key into ``chunk_min [R, C]``."""
+    narrow its interval ``(lo, hi]`` (chunk 0 records it), then its tokens counted and compacted.
+    Every row that filters: the chunk's smallest logit at or above min-p's key into ``chunk_min
+    [R, C]``."""
     row = tl.program_id(0)
     chunk = tl.program_id(1)
     state = row_state_ptr + row * STATE_FIELDS
     mode = tl.load(state + STATE_MODE)
     if mode != MODE_NONE:
         row_ptr = logits_ptr + row.to(tl.int64) * logits_stride
-        begin, end = _chunk_span(chunk, chunk_size, vocab_size)
         lo = tl.load(state + STATE_LO)
         hi = tl.load(state + STATE_HI)
         compacting = mode == MODE_TOP_K
         if mode == MODE_TOP_P:
-            lanes = tl.arange(0, WAYS)
-            base = (row * num_chunks).to(tl.int64) * WAYS + lanes
-            masses = tl.load(masses_ptr + base)
-            c = 1
-            while c < num_chunks:
-                masses += tl.load(masses_ptr + base + c * WAYS)
-                c += 1
-            row_max = tl.load(row_stats_ptr + row * STATS_FIELDS)
-            least = tl.load(row_stats_ptr + row * STATS_FIELDS + 2)
+            stats = row_stats_ptr + row * STATS_FIELDS
+            row_max = tl.load(stats)
             inv_temperature = inverse_temperature(tl.load(temperature_ptr + row))
-            cuts = _cuts(lo, hi, _top_p_floor(row_max, least, inv_temperature), True, WAYS)
+            lo = tl.load(state + STATE_TOP_P_LO)
+            hi = tl.load(state + STATE_TOP_P_HI)
+            cuts = _cuts(lo, hi, _top_p_floor(row_max, tl.load(stats + 2), inv_temperature), True, WAYS)
             # The counts go unused: the compaction counts the interval's tokens.
-            lo, hi, target, mass_hi, _, _ = _first_narrow_top_p(
-                cuts, masses, tl.zeros([WAYS], tl.int32), tl.load(top_p_ptr + row), lo, hi, WAYS
-            )
+            none = tl.full([], 0, tl.int64)
+            lo, hi, mass_hi, _, _ = _narrow_top_p(
+                cuts, _chunks_sum(masses_ptr, row, num_chunks, WAYS), tl.zeros([WAYS], tl.int32),
+                tl.load(stats + STATS_TARGET), lo, hi, tl.load(stats + STATS_MASS_HI), none, none,
+            )  # fmt: skip
             if chunk == 0:
-                tl.store(state + STATE_TOP_P_LO, lo)
-                tl.store(state + STATE_TOP_P_HI, hi)
-                tl.store(row_stats_ptr + row * STATS_FIELDS + 3, target)
-                tl.store(row_stats_ptr + row * STATS_FIELDS + 4, mass_hi)
+                tl.store(state + STATE_FINAL_LO, lo)
+                tl.store(state + STATE_FINAL_HI, hi)
+                tl.store(stats + STATS_FINAL_MASS_HI, mass_hi)
             compacting = hi - lo > 1
             # (lo, hi] as [lo + 1, hi + 1)
             lo += 1
@@ -604,15 +681,15 @@ def filter_compact_kernel(logits_ptr, temperature_ptr, top_p_ptr, row_stats_ptr,
         # smallest logit at or above min-p's key.
         lo = tl.where(compacting, lo, 0)
         hi = tl.where(compacting, hi, 0)
-        _, smallest = _compact(
-            row_ptr, candidates_ptr + row.to(tl.int64) * CAPACITY, begin, end, lo.to(tl.int32),
-            hi.to(tl.int32), capacity, counter_ptr + row, tl.load(state + STATE_KEPT).to(tl.int32), True,
-            BLOCK_V,
+        smallest = _compact_chunk(
+            row_ptr, candidates_ptr + row.to(tl.int64) * CAPACITY, chunk, vocab_size, lo.to(tl.int32),
+            hi.to(tl.int32), capacity, counter_ptr + row, tl.load(state + STATE_KEPT).to(tl.int32), BLOCK_V,
+            TILES,
         )  # fmt: skip
         tl.store(chunk_min_ptr + row * num_chunks + chunk, smallest)
 
 
-@triton.jit(do_not_specialize=["logits_stride", "vocab_size", "num_chunks", "capacity", "passes"])
+@triton.jit(do_not_specialize=["num_chunks", "capacity", "passes"])
 def filter_select_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, row_stats_ptr, row_state_ptr,
                          candidates_ptr, counter_ptr, chunk_min_ptr, threshold_ptr, logits_stride, vocab_size,
                          num_chunks, capacity, passes, HAS_TOP_K: tl.constexpr, HAS_TOP_P: tl.constexpr,
@@ -664,14 +741,14 @@ def filter_select_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, row_
                         search = tl.full([], 1, tl.int32)
     if HAS_TOP_P:
         if mode == MODE_TOP_P:
-            lo = tl.load(state + STATE_TOP_P_LO)
-            hi = tl.load(state + STATE_TOP_P_HI)
+            lo = tl.load(state + STATE_FINAL_LO)
+            hi = tl.load(state + STATE_FINAL_HI)
             # Too many to sort: the search starts again in this program (with a pass that counts).
             search = tl.where((hi - lo > 1) & (n > capacity), 1, 2)
         if search > 0:
             top_p = tl.load(top_p_ptr + row)
-            target = tl.load(stats + 3)
-            mass_hi = tl.load(stats + 4)
+            target = tl.load(stats + STATS_TARGET)
+            mass_hi = tl.load(stats + STATS_FINAL_MASS_HI)
             at_lo = n
             at_hi = tl.full([], 0, tl.int64)
             compacted = (hi - lo > 1).to(tl.int32)
@@ -940,7 +1017,6 @@ def filter_thresholds(
     elif not isinstance(chunks, int) or chunks < 1:
         raise _fail("chunks", f"is {chunks!r}; expected an int >= 1")
     tiles_per_chunk = -(-tiles // min(chunks, tiles))
-    chunk_size = tiles_per_chunk * block_v
     num_chunks = -(-tiles // tiles_per_chunk)
     tile = maxima_tile(vocab_size, block_v, INTERPRETER_MAX_TILES if device.type == "cpu" else MAX_TILES)
     num_tiles = -(-vocab_size // tile)
@@ -957,9 +1033,12 @@ def filter_thresholds(
     chunk_min = torch.empty(rows, num_chunks, dtype=torch.float32, device=device)
     # Top-p's first pass, shared by a row's chunks, tries at least FIRST_WAYS values.
     first_ways = max(search_ways, FIRST_WAYS)
-    masses = torch.empty(
-        (rows, num_chunks, first_ways) if has_top_p else (0,), dtype=torch.float32, device=device
-    )
+    masses = [
+        torch.empty((rows, num_chunks, first_ways) if has_top_p else (0,), dtype=torch.float32, device=device)
+        for _ in range(2)
+    ]
+    # Top-p's passes hold a [BLOCK_V, ways] sum a program: at most MASS_TILE elements on a GPU.
+    mass_block = block_v if device.type == "cpu" else min(block_v, max(MIN_BLOCK_V, MASS_TILE // first_ways))
     block_capacity = max(MIN_BLOCK_V, int(triton.next_power_of_2(max(capacity, 1))))
     searches = has_top_k or has_top_p
     candidates = torch.empty(rows if searches else 0, block_capacity, dtype=torch.int32, device=device)
@@ -979,8 +1058,8 @@ def filter_thresholds(
     quiet = np.errstate(all="ignore") if device.type == "cpu" else contextlib.nullcontext()
     with quiet:
         filter_stats_kernel[grid](
-            logits, temperature, chunk_stats, tile_max, stride, vocab_size, chunk_size, num_tiles,
-            BLOCK_V=block_v, TILE=tile,
+            logits, temperature, chunk_stats, tile_max, stride, vocab_size, num_tiles,
+            BLOCK_V=block_v, TILE=tile, TILES_PER_CHUNK=tiles_per_chunk,
         )  # fmt: skip
         filter_start_kernel[per_row](
             temperature, k_ptr, p_ptr, min_p_ptr, chunk_stats, tile_max, row_stats, row_state, counter,
@@ -988,15 +1067,16 @@ def filter_thresholds(
             HAS_MIN_P=has_min_p, TILES=int(triton.next_power_of_2(num_tiles)),
         )  # fmt: skip
         if has_top_p:
-            filter_mass_kernel[grid](
-                logits, temperature, row_stats, row_state, masses, stride, vocab_size, chunk_size,
-                WAYS=first_ways, BLOCK_V=min(block_v, max(MIN_BLOCK_V, SEARCH_TILE // first_ways)),
-                num_warps=SELECT_WARPS,
-            )  # fmt: skip
+            for second in (False, True):
+                filter_mass_kernel[grid](
+                    logits, temperature, p_ptr, row_stats, row_state, masses[0], masses[second], stride,
+                    vocab_size, num_chunks, SECOND=second, WAYS=first_ways, BLOCK_V=mass_block,
+                    TILES=tiles_per_chunk * block_v // mass_block, num_warps=SELECT_WARPS,
+                )  # fmt: skip
         filter_compact_kernel[grid](
-            logits, temperature, p_ptr, row_stats, row_state, masses, candidates, counter, chunk_min,
-            stride, vocab_size, chunk_size, num_chunks, capacity,
-            WAYS=first_ways, BLOCK_V=block_v, CAPACITY=block_capacity,
+            logits, temperature, row_stats, row_state, masses[1], candidates, counter, chunk_min,
+            stride, vocab_size, num_chunks, capacity,
+            WAYS=first_ways, BLOCK_V=block_v, TILES=tiles_per_chunk, CAPACITY=block_capacity,
         )  # fmt: skip
         filter_select_kernel[per_row](
             logits, temperature, k_ptr, p_ptr, row_stats, row_state, candidates, counter, chunk_min,
