@@ -110,8 +110,10 @@ INTERPRETER_CAPACITY = 32
 # row's span of logits holds at most CAPACITY tokens in most rows, which are then sorted rather than
 # searched (Gaussian logits, V = 128256, top-p 0.9: about 1,700). Each pass's cost grows with it.
 FIRST_WAYS = 16
-# Candidates up to this many are sorted in a tile this wide (`_sorted`).
+# Candidates up to this many are sorted in a tile this wide, up to the second in one that wide
+# (`_sorted`).
 SMALL_SORT = tl.constexpr(256)
+MID_SORT = tl.constexpr(1024)
 # A row's tile maxima: at most MAX_TILES of them, each over at least MIN_TILE tokens (`maxima_tile`).
 # The interpreter sorts them slowly (about 2 s for 1,024): at most INTERPRETER_MAX_TILES there.
 MAX_TILES = 1024
@@ -243,23 +245,38 @@ def _compact(row_ptr, out_ptr, begin, end, lo, hi, capacity, counter_ptr, kept_k
 
 
 @triton.jit
+def _sort_head(out_ptr, n, WIDTH: tl.constexpr):
+    """The first ``WIDTH >= n`` slots of ``out_ptr`` sorted in place, largest first (`NO_KEY` past
+    ``n``), visible to every thread of the program."""
+    few = tl.arange(0, WIDTH)
+    keys = tl.sort(tl.load(out_ptr + few, mask=few < n, other=NO_KEY), descending=True)
+    tl.store(out_ptr + few, keys)
+    tl.debug_barrier()
+
+
+@triton.jit
 def _sorted(out_ptr, n, CAPACITY: tl.constexpr):
     """``[CAPACITY]`` the ``n <= CAPACITY`` keys `_compact` wrote, largest first, then `NO_KEY`.
 
     A sort costs its tile's width whatever ``n``: up to `SMALL_SORT` keys are sorted in a tile of that
-    width and stored back sorted, then read as the full tile."""
+    width, up to `MID_SORT` in one of that width, each stored back sorted and then read as the full
+    tile; more in the full tile (H200: about 60 us a program for 4,096 keys)."""
     # The keys were stored by other threads of this program.
     tl.debug_barrier()
     lanes = tl.arange(0, CAPACITY)
     if CAPACITY > SMALL_SORT:
         if n <= SMALL_SORT:
-            few = tl.arange(0, SMALL_SORT)
-            keys_few = tl.sort(tl.load(out_ptr + few, mask=few < n, other=NO_KEY), descending=True)
-            tl.store(out_ptr + few, keys_few)
-            tl.debug_barrier()
+            _sort_head(out_ptr, n, SMALL_SORT)
             keys = tl.load(out_ptr + lanes, mask=lanes < n, other=NO_KEY)
         else:
-            keys = tl.sort(tl.load(out_ptr + lanes, mask=lanes < n, other=NO_KEY), descending=True)
+            if CAPACITY > MID_SORT:
+                if n <= MID_SORT:
+                    _sort_head(out_ptr, n, MID_SORT)
+                    keys = tl.load(out_ptr + lanes, mask=lanes < n, other=NO_KEY)
+                else:
+                    keys = tl.sort(tl.load(out_ptr + lanes, mask=lanes < n, other=NO_KEY), descending=True)
+            else:
+                keys = tl.sort(tl.load(out_ptr + lanes, mask=lanes < n, other=NO_KEY), descending=True)
     else:
         keys = tl.sort(tl.load(out_ptr + lanes, mask=lanes < n, other=NO_KEY), descending=True)
     return keys
