@@ -2,7 +2,7 @@
 
 Each filter of `reference.filters` keeps the tokens at or above a value, so a row's kept set is
 ``{x : z_x >= t}`` for one threshold ``t`` per row (DESIGN.md, "Filtered verification"). This
-module finds ``t`` without sorting the vocabulary: it reads a row twice, each time shared by
+module finds ``t`` without sorting the vocabulary: it reads a row a few times, each time shared by
 several programs (chunks of whole tiles, `default_chunks`: on a GPU, enough programs to fill it
 whatever the batch), and sorts only the few tokens near a pivot, in one program per row. The
 searches compare int32 order keys of the float32 values (`order_key`: integer order is float
@@ -14,28 +14,30 @@ order), so every pivot is a token's exact value.
    ``(z - max) / T >= log(min_p)`` with the cut taken in float64 (`min_p_key`); and the row's second
    pass. Top-k: the ``k``-th largest tile maximum bounds the ``k``-th value from below (``k`` tiles
    hold a token at or above it), so the tokens at or above it (and min-p's key) are few where the
-   logits are spread over the vocabulary. Top-p without top-k: the masses above `FIRST_WAYS`
-   values first (3).
-3. ``filter_mass_kernel`` (each chunk, top-p rows): ``sum exp((z - max) / T)`` above each of the
-   first pass's cuts: lane 0 is the kept set's bound, whose mass is the kept mass (so top-p's
-   target comes from the same sums as every mass compared with it), the others values evenly spaced
-   from `_top_p_floor` to the max.
-4. ``filter_compact_kernel`` (each chunk): top-p rows add the masses over the chunks in chunk order
-   (every program finds the same interval: the mass above its lower end at least the target, above
-   its upper end below it); then the tokens of the row's interval are counted and their keys
-   compacted into the row's candidates (up to `CAPACITY`, slots from an atomic counter); and each
-   chunk's smallest logit at or above min-p's key.
-5. ``filter_select_kernel`` (each row): where the interval's tokens fit, they are sorted (`_sorted`)
-   and the pivots read off: the ``k``-th largest, then top-p's over the renormalised kept mass by a
-   cumulative sum largest first (`_top_p_sorted`, `_top_p_finish`). Where they do not, the program
-   narrows the interval itself, ``WAYS`` cuts a pass (`_cuts`: by value first, then by key, each
-   pass ``WAYS``-fold), until its tokens fit or it is one key wide; `exact_passes` passes find the
-   exact pivot without any sort. ``t`` is the smallest kept logit: the last pivot, or the least of
-   the chunks' smallest logits at or above min-p's key, and ``-inf`` where every token is kept.
+   logits are spread over the vocabulary. Top-p without top-k: two passes of masses above
+   `FIRST_WAYS` values each first (3).
+3. ``filter_mass_kernel`` (each chunk, top-p rows, launched twice): ``sum exp((z - max) / T)`` above
+   each of a pass's cuts. The first pass's lane 0 is the kept set's bound, whose mass is the kept
+   mass (so top-p's target comes from the same sums as every mass compared with it), the others
+   values evenly spaced from `_top_p_floor` to the max. The second adds the first's masses over the
+   chunks in chunk order (every program finds the same interval: the mass above its lower end at
+   least the target, above its upper end below it) and cuts that interval by value the same way.
+4. ``filter_compact_kernel`` (each chunk): top-p rows narrow their interval by the second pass's
+   masses, added the same way; then the tokens of the row's interval are counted and their keys
+   compacted into the chunk's own region (`_compact_chunk`: no slot is shared, so no atomic waits);
+   and each chunk's smallest logit at or above min-p's key.
+5. ``filter_select_kernel`` (each row): the chunks' candidates gathered (`_pack`); where they fit,
+   they are sorted (`_sorted`) and the pivots read off: the ``k``-th largest, then top-p's over the
+   renormalised kept mass by a cumulative sum largest first (`_top_p_sorted`, `_top_p_finish`).
+   Where they do not, the program narrows the interval itself, ``WAYS`` cuts a pass (`_cuts`: by
+   value first, then by key, each pass ``WAYS``-fold), until its tokens fit or it is one key wide;
+   `exact_passes` passes find the exact pivot without any sort. ``t`` is the smallest kept logit:
+   the last pivot, or the least of the chunks' smallest logits at or above min-p's key, and
+   ``-inf`` where every token is kept.
 
 Masses are float32 sums of ``exp((z - max) / T)``; a token whose mass above lies within a few ulps
 (times ``sqrt(V)``) of ``top_p`` is a near pivot (`reference.filters.pivot_band`). A row that
-filters by top-k, top-p and min-p is read twice (three times with top-p alone), plus the passes of a
+filters by top-k, top-p and min-p is read twice (four times with top-p alone), plus the passes of a
 search whose interval does not fit; a row with min-p alone, twice; an unfiltered call launches
 nothing. `apply_thresholds` masks the logits with the thresholds (`apply_threshold_kernel`: one
 read and one write of each logit).
@@ -110,6 +112,11 @@ INTERPRETER_CAPACITY = 32
 # row's span of logits holds at most CAPACITY tokens in most rows, which are then sorted rather than
 # searched (Gaussian logits, V = 128256, top-p 0.9: about 1,700). Each pass's cost grows with it.
 FIRST_WAYS = 16
+# A chunk's region of candidates holds at least MIN_SHARE keys (and at least its share of the
+# capacity): a row whose candidates crowd into one chunk beyond it is compacted again by its own
+# program. A row's program gathers the regions in [GROUP, SHARE] tiles of at most PACK_TILE keys.
+MIN_SHARE = 256
+PACK_TILE = 4096
 # Candidates up to this many are sorted in a tile this wide, up to the second in one that wide
 # (`_sorted`).
 SMALL_SORT = tl.constexpr(256)
@@ -344,10 +351,11 @@ def _top_p_first(row_ptr, vocab_size, top_p, kept_key, max_key, row_max, least, 
 
 
 @triton.jit
-def _top_k_finish(row_ptr, cand_ptr, vocab_size, k, lo, hi, n, capacity, passes, BLOCK_V: tl.constexpr,
-                  SCAN: tl.constexpr, WAYS: tl.constexpr, CAPACITY: tl.constexpr):  # fmt: skip
-    """Top-k once the ``n`` tokens of ``[lo, hi)`` were counted, and compacted where ``n <= capacity``
-    (``hi`` above the max; at least ``k`` tokens at or above ``lo`` unless ``lo`` is the kept set's
+def _top_k_finish(row_ptr, cand_ptr, vocab_size, k, lo, hi, n, packed, capacity, passes,
+                  BLOCK_V: tl.constexpr, SCAN: tl.constexpr, WAYS: tl.constexpr,
+                  CAPACITY: tl.constexpr):  # fmt: skip
+    """Top-k once the ``n`` tokens of ``[lo, hi)`` were counted, and compacted where ``packed`` (``hi``
+    above the max; at least ``k`` tokens at or above ``lo`` unless ``lo`` is the kept set's
     least key): ``(the k-th largest key, whether at least k tokens are kept (else top-k keeps them
     all), the candidates sorted (`NO_KEY` past them), whether they are every token at or above lo)``.
 
@@ -368,8 +376,9 @@ def _top_k_finish(row_ptr, cand_ptr, vocab_size, k, lo, hi, n, capacity, passes,
         lo, hi = tl.max(tl.where(at_least, cuts, lo), axis=0), tl.min(tl.where(at_least, hi, cuts), axis=0)
         n = at_lo - above
         i += 1
-    # The first compaction holds the interval's tokens where they fit; after a pass, compact again.
-    if (i > 0) & (n <= capacity) & (hi - lo > 1):
+    # The chunks' compaction holds the interval's tokens where they were gathered; after a pass, or
+    # where they were not, compact again.
+    if (n <= capacity) & (((i > 0) & (hi - lo > 1)) | ((i == 0) & (packed == 0))):
         _compact(row_ptr, cand_ptr, 0, vocab_size, lo.to(tl.int32), hi.to(tl.int32), capacity, cand_ptr,
                  NO_KEY, False, SCAN)  # fmt: skip
     compacted = (n <= capacity) & ((i == 0) | (hi - lo > 1))
@@ -497,7 +506,7 @@ def filter_stats_kernel(logits_ptr, temperature_ptr, chunk_stats_ptr, tile_max_p
 
 @triton.jit(do_not_specialize=["vocab_size", "num_chunks", "num_tiles"])
 def filter_start_kernel(temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, chunk_stats_ptr, tile_max_ptr,
-                        row_stats_ptr, row_state_ptr, counter_ptr, vocab_size, num_chunks, num_tiles,
+                        row_stats_ptr, row_state_ptr, vocab_size, num_chunks, num_tiles,
                         HAS_TOP_K: tl.constexpr, HAS_TOP_P: tl.constexpr, HAS_MIN_P: tl.constexpr,
                         TILES: tl.constexpr):  # fmt: skip
     """Grid (R,): the row's max, sum and least logit (its chunks' in chunk order), min-p's key, the
@@ -560,7 +569,6 @@ def filter_start_kernel(temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, chunk_
     tl.store(state + STATE_KEPT, kept_key)
     tl.store(state + STATE_LO, lo)
     tl.store(state + STATE_HI, hi)
-    tl.store(counter_ptr + row, 0)
 
 
 @triton.jit
@@ -634,32 +642,65 @@ def filter_mass_kernel(logits_ptr, temperature_ptr, top_p_ptr, row_stats_ptr, ro
 
 
 @triton.jit
-def _compact_chunk(row_ptr, out_ptr, chunk, vocab_size, lo, hi, capacity, counter_ptr, kept_key,
+def _compact_chunk(row_ptr, out_ptr, chunk, vocab_size, lo, hi, kept_key, SHARE: tl.constexpr,
                    BLOCK_V: tl.constexpr, TILES: tl.constexpr):  # fmt: skip
-    """`_compact` of a chunk (``TILES`` tiles of ``BLOCK_V``) that shares its row: the tokens with an
-    order key in ``[lo, hi)`` (int32 bounds) counted on the row's counter (an atomic add a tile that
-    holds one) and their keys written from the slots it returns, those below ``capacity``; returns
-    the chunk's smallest logit whose key is ``>= kept_key`` (``+inf``: none)."""
+    """`_compact` of a chunk (``TILES`` tiles of ``BLOCK_V``) that shares its row: how many tokens have
+    an order key in ``[lo, hi)`` (int32 bounds), their keys in token order into the chunk's own
+    region ``out_ptr[0:SHARE]`` (those that fit: no slot is shared, so no atomic waits), and the
+    chunk's smallest logit whose key is ``>= kept_key`` (``+inf``: none)."""
+    n = tl.full([], 0, tl.int32)
     smallest = tl.full([BLOCK_V], POS_INF, tl.float32)
     for t in range(TILES):
         x, in_vocab = _tile(row_ptr, (chunk * TILES + t) * BLOCK_V, vocab_size, BLOCK_V)
         keys = _keys(x, in_vocab)
         smallest = tl.minimum(smallest, tl.where(keys >= kept_key, x, POS_INF))
         taken = ((keys >= lo) & (keys < hi)).to(tl.int32)
-        count = tl.sum(taken, axis=0)
-        if count > 0:
-            slot = tl.atomic_add(counter_ptr, count) + tl.cumsum(taken, axis=0) - 1
-            tl.store(out_ptr + slot, keys, mask=(taken > 0) & (slot < capacity))
-    return tl.min(smallest, axis=0)
+        slot = n + tl.cumsum(taken, axis=0) - 1
+        tl.store(out_ptr + slot, keys, mask=(taken > 0) & (slot < SHARE))
+        n += tl.sum(taken, axis=0)
+    return n, tl.min(smallest, axis=0)
+
+
+@triton.jit
+def _pack(regions_ptr, counts_ptr, out_ptr, num_chunks, capacity, SHARE: tl.constexpr, GROUP: tl.constexpr):
+    """A row's candidates gathered from its chunks' regions (``[num_chunks, SHARE]``, ``counts_ptr
+    [num_chunks]`` each chunk's count) into ``out_ptr``, in chunk order, ``GROUP`` chunks at a time.
+    Returns ``(n, packed)``: the row's count, and whether its candidates were gathered (every
+    chunk's fit its region and ``n <= capacity``; else the row's program compacts them itself)."""
+    groups = tl.arange(0, GROUP)
+    lanes = tl.arange(0, SHARE)
+    n = tl.full([], 0, tl.int64)
+    most = tl.full([], 0, tl.int32)
+    c = 0
+    while c < num_chunks:
+        counts = tl.load(counts_ptr + c + groups, mask=c + groups < num_chunks, other=0)
+        n += tl.sum(counts, axis=0).to(tl.int64)
+        most = tl.maximum(most, tl.max(counts, axis=0))
+        c += GROUP
+    packed = (n <= capacity) & (most <= SHARE)
+    if packed:
+        base = tl.full([], 0, tl.int32)
+        c = 0
+        while c < num_chunks:
+            chunks = c + groups
+            counts = tl.load(counts_ptr + chunks, mask=chunks < num_chunks, other=0)
+            starts = base + tl.cumsum(counts, axis=0) - counts
+            valid = lanes[None, :] < counts[:, None]
+            keys = tl.load(regions_ptr + chunks[:, None] * SHARE + lanes[None, :], mask=valid)
+            tl.store(out_ptr + starts[:, None] + lanes[None, :], keys, mask=valid)
+            base += tl.sum(counts, axis=0)
+            c += GROUP
+    return n, packed.to(tl.int32)
 
 
 @triton.jit(do_not_specialize=["num_chunks", "capacity"])
 def filter_compact_kernel(logits_ptr, temperature_ptr, row_stats_ptr, row_state_ptr, masses_ptr,
-                          candidates_ptr, counter_ptr, chunk_min_ptr, logits_stride, vocab_size, num_chunks,
-                          capacity, WAYS: tl.constexpr, BLOCK_V: tl.constexpr, TILES: tl.constexpr,
-                          CAPACITY: tl.constexpr):  # fmt: skip
+                          regions_ptr, chunk_count_ptr, chunk_min_ptr, logits_stride, vocab_size, num_chunks,
+                          WAYS: tl.constexpr, BLOCK_V: tl.constexpr, TILES: tl.constexpr,
+                          SHARE: tl.constexpr):  # fmt: skip
     """Grid (R, C): each chunk's share of its row's last pass. Top-k rows: the tokens of ``[lo, hi)``
-    counted and compacted (up to ``capacity``, slots from the row's counter). Top-p rows: the second
+    counted (into ``chunk_count [R, C]``) and compacted into the chunk's region (``regions [R, C,
+    SHARE]``; `_pack` gathers them). Top-p rows: the second
     pass's masses added over the chunks in chunk order (the same sums in every program), which
     narrow its interval ``(lo, hi]`` (chunk 0 records it), then its tokens counted and compacted.
     Every row that filters: the chunk's smallest logit at or above min-p's key into ``chunk_min
@@ -668,6 +709,7 @@ def filter_compact_kernel(logits_ptr, temperature_ptr, row_stats_ptr, row_state_
     chunk = tl.program_id(1)
     state = row_state_ptr + row * STATE_FIELDS
     mode = tl.load(state + STATE_MODE)
+    count = tl.full([], 0, tl.int32)
     if mode != MODE_NONE:
         row_ptr = logits_ptr + row.to(tl.int64) * logits_stride
         lo = tl.load(state + STATE_LO)
@@ -698,20 +740,21 @@ def filter_compact_kernel(logits_ptr, temperature_ptr, row_stats_ptr, row_state_
         # smallest logit at or above min-p's key.
         lo = tl.where(compacting, lo, 0)
         hi = tl.where(compacting, hi, 0)
-        smallest = _compact_chunk(
-            row_ptr, candidates_ptr + row.to(tl.int64) * CAPACITY, chunk, vocab_size, lo.to(tl.int32),
-            hi.to(tl.int32), capacity, counter_ptr + row, tl.load(state + STATE_KEPT).to(tl.int32), BLOCK_V,
-            TILES,
+        count, smallest = _compact_chunk(
+            row_ptr, regions_ptr + (row * num_chunks + chunk).to(tl.int64) * SHARE, chunk, vocab_size,
+            lo.to(tl.int32), hi.to(tl.int32), tl.load(state + STATE_KEPT).to(tl.int32), SHARE, BLOCK_V, TILES,
         )  # fmt: skip
         tl.store(chunk_min_ptr + row * num_chunks + chunk, smallest)
+    tl.store(chunk_count_ptr + row * num_chunks + chunk, count)
 
 
 @triton.jit(do_not_specialize=["num_chunks", "capacity", "passes"])
 def filter_select_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, row_stats_ptr, row_state_ptr,
-                         candidates_ptr, counter_ptr, chunk_min_ptr, threshold_ptr, logits_stride, vocab_size,
-                         num_chunks, capacity, passes, HAS_TOP_K: tl.constexpr, HAS_TOP_P: tl.constexpr,
-                         WAYS: tl.constexpr, BLOCK_V: tl.constexpr, SCAN: tl.constexpr,
-                         CAPACITY: tl.constexpr):  # fmt: skip
+                         candidates_ptr, regions_ptr, chunk_count_ptr, chunk_min_ptr, threshold_ptr,
+                         logits_stride, vocab_size, num_chunks, capacity, passes, HAS_TOP_K: tl.constexpr,
+                         HAS_TOP_P: tl.constexpr, WAYS: tl.constexpr, BLOCK_V: tl.constexpr,
+                         SCAN: tl.constexpr, CAPACITY: tl.constexpr, SHARE: tl.constexpr,
+                         GROUP: tl.constexpr):  # fmt: skip
     """Grid (R,): the row's threshold ``t``: top-k's ``k``-th value (`_top_k_finish`), then top-p's
     pivot (`_top_p_sorted` on top-k's candidates where they are every kept token, else
     `_top_p_finish`), then the smallest kept logit: its filters keep exactly the tokens with
@@ -730,8 +773,14 @@ def filter_select_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, row_
     kept_key = tl.load(state + STATE_KEPT)
     lo = tl.load(state + STATE_LO)
     hi = tl.load(state + STATE_HI)
-    # The tokens of the chunks' interval, counted (and compacted where they fit) by the chunks.
-    n = tl.load(counter_ptr + row).to(tl.int64)
+    # The tokens of the chunks' interval, counted and compacted by the chunks, gathered here.
+    n = tl.full([], 0, tl.int64)
+    packed = tl.full([], 0, tl.int32)
+    if (mode == MODE_TOP_K) | (mode == MODE_TOP_P):
+        n, packed = _pack(
+            regions_ptr + row.to(tl.int64) * num_chunks * SHARE, chunk_count_ptr + row * num_chunks, cand_ptr,
+            num_chunks, capacity, SHARE, GROUP,
+        )  # fmt: skip
     # kept_key is a token's key (a k-th value or top-p's pivot), or min-p's key.
     at_pivot = tl.full([], 0, tl.int32)
     # Top-p's search still to make: 0 none, 1 by this program alone, 2 from the chunks' interval.
@@ -740,8 +789,9 @@ def filter_select_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, row_
         if mode == MODE_TOP_K:
             k = tl.load(top_k_ptr + row).to(tl.int64)
             kth, filters, cand, whole = _top_k_finish(
-                row_ptr, cand_ptr, vocab_size, k, lo, hi, n, capacity, passes, BLOCK_V, SCAN, WAYS, CAPACITY
-            )
+                row_ptr, cand_ptr, vocab_size, k, lo, hi, n, packed, capacity, passes, BLOCK_V, SCAN, WAYS,
+                CAPACITY,
+            )  # fmt: skip
             kth_log_p = scaled_logit(key_value(kth.to(tl.int32)), row_max, inv_temperature) - tl.log(row_sum)
             # A k-th value of probability zero ties with every zero: top-k then keeps everything kept.
             by_k = filters & (kth_log_p >= LOG_ZERO)
@@ -768,7 +818,7 @@ def filter_select_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, row_
             mass_hi = tl.load(stats + STATS_FINAL_MASS_HI)
             at_lo = n
             at_hi = tl.full([], 0, tl.int64)
-            compacted = (hi - lo > 1).to(tl.int32)
+            compacted = (hi - lo > 1).to(tl.int32) * packed
             if search == 1:
                 lo, hi, target, mass_hi, at_lo, at_hi = _top_p_first(
                     row_ptr,
@@ -1046,7 +1096,6 @@ def filter_thresholds(
     tile_max = torch.empty(rows, num_tiles, dtype=torch.float32, device=device)
     row_stats = torch.empty(rows, STATS_FIELDS.value, dtype=torch.float32, device=device)
     row_state = torch.empty(rows, STATE_FIELDS.value, dtype=torch.int64, device=device)
-    counter = torch.empty(rows, dtype=torch.int32, device=device)
     chunk_min = torch.empty(rows, num_chunks, dtype=torch.float32, device=device)
     # Top-p's first pass, shared by a row's chunks, tries at least FIRST_WAYS values.
     first_ways = max(search_ways, FIRST_WAYS)
@@ -1059,6 +1108,11 @@ def filter_thresholds(
     block_capacity = max(MIN_BLOCK_V, int(triton.next_power_of_2(max(capacity, 1))))
     searches = has_top_k or has_top_p
     candidates = torch.empty(rows if searches else 0, block_capacity, dtype=torch.int32, device=device)
+    # Each chunk compacts into a region of its own (`_compact_chunk`), which the row's program gathers.
+    share = min(block_capacity, max(MIN_SHARE, int(triton.next_power_of_2(-(-block_capacity // num_chunks)))))
+    regions = torch.empty(rows if searches else 0, num_chunks * share, dtype=torch.int32, device=device)
+    chunk_count = torch.empty(rows, num_chunks, dtype=torch.int32, device=device)
+    group = max(1, min(int(triton.next_power_of_2(num_chunks)), PACK_TILE // share))
     stride = logits.stride(0)
     # A pass of masses or counts holds a [BLOCK_V, ways] tile: at most SEARCH_TILE elements on a GPU.
     search_block = (
@@ -1079,7 +1133,7 @@ def filter_thresholds(
             BLOCK_V=block_v, TILE=tile, TILES_PER_CHUNK=tiles_per_chunk,
         )  # fmt: skip
         filter_start_kernel[per_row](
-            temperature, k_ptr, p_ptr, min_p_ptr, chunk_stats, tile_max, row_stats, row_state, counter,
+            temperature, k_ptr, p_ptr, min_p_ptr, chunk_stats, tile_max, row_stats, row_state,
             vocab_size, num_chunks, num_tiles, HAS_TOP_K=has_top_k, HAS_TOP_P=has_top_p,
             HAS_MIN_P=has_min_p, TILES=int(triton.next_power_of_2(num_tiles)),
         )  # fmt: skip
@@ -1091,15 +1145,15 @@ def filter_thresholds(
                     TILES=tiles_per_chunk * block_v // mass_block, num_warps=SELECT_WARPS,
                 )  # fmt: skip
         filter_compact_kernel[grid](
-            logits, temperature, row_stats, row_state, masses[1], candidates, counter, chunk_min,
-            stride, vocab_size, num_chunks, capacity,
-            WAYS=first_ways, BLOCK_V=block_v, TILES=tiles_per_chunk, CAPACITY=block_capacity,
+            logits, temperature, row_stats, row_state, masses[1], regions, chunk_count, chunk_min,
+            stride, vocab_size, num_chunks,
+            WAYS=first_ways, BLOCK_V=block_v, TILES=tiles_per_chunk, SHARE=share,
         )  # fmt: skip
         filter_select_kernel[per_row](
-            logits, temperature, k_ptr, p_ptr, row_stats, row_state, candidates, counter, chunk_min,
-            thresholds, stride, vocab_size, num_chunks, capacity, search_passes,
+            logits, temperature, k_ptr, p_ptr, row_stats, row_state, candidates, regions, chunk_count,
+            chunk_min, thresholds, stride, vocab_size, num_chunks, capacity, search_passes,
             HAS_TOP_K=has_top_k, HAS_TOP_P=has_top_p, WAYS=search_ways, BLOCK_V=search_block,
-            SCAN=scan_block, CAPACITY=block_capacity, num_warps=SELECT_WARPS,
+            SCAN=scan_block, CAPACITY=block_capacity, SHARE=share, GROUP=group, num_warps=SELECT_WARPS,
         )  # fmt: skip
     return thresholds
 

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from specsample.kernels.filters import (
     MID_SORT,
+    MIN_SHARE,
     SEARCH_PASSES,
     SMALL_SORT,
     WAYS,
@@ -448,6 +449,24 @@ def test_each_sort_width_reads_off_the_same_pivots() -> None:
     expected = _cut_short(rows, SEARCH_PASSES)
     _check(rows, expected)
     np.testing.assert_array_equal(_thresholds(rows, capacity=2048), expected)
+
+
+def test_candidates_crowded_into_one_chunk_are_compacted_by_the_rows_program() -> None:
+    """A row whose candidates crowd one chunk past its region (`MIN_SHARE` keys) while the row's
+    count fits the capacity: its program compacts them itself, and the pivots are a search's by
+    passes alone. V = 3,000 in 8 chunks of 384 tokens. Top-k 20: 600 large logits in the first 600
+    tokens, so the bound is a small logit and chunk 0's 384 tokens are all candidates. Top-p 0.5 at
+    T = 2: 384 large logits, ascending, fill chunk 0, and its last interval holds most of them."""
+    rng = np.random.default_rng(9)
+    vocab = 3000
+    logits = rng.permutation(vocab)[None, :].repeat(2, axis=0) / vocab
+    logits[0, :600] = 100 + rng.permutation(600) / 1000
+    logits[1, :384] = 100 + np.arange(384) / 1000
+    rows = _rows(logits, [1.0, 2.0], top_k=[20, 0], top_p=[1.0, 0.5])
+    assert MIN_SHARE < 384  # chunk 0's tokens
+    expected = _cut_short(rows, SEARCH_PASSES)
+    _check(rows, expected)
+    np.testing.assert_array_equal(_thresholds(rows, block_v=128, chunks=8, capacity=2048), expected)
 
 
 # ---------------------------------------------------------------------------------------------
