@@ -115,7 +115,7 @@ FIRST_WAYS = 16
 # A chunk's region of candidates holds at least MIN_SHARE keys (and at least its share of the
 # capacity): a row whose candidates crowd into one chunk beyond it is compacted again by its own
 # program. A row's program gathers the regions in [GROUP, SHARE] tiles of at most PACK_TILE keys.
-MIN_SHARE = 256
+MIN_SHARE = 64
 PACK_TILE = 4096
 # Candidates up to this many are sorted in a tile this wide, up to the second in one that wide
 # (`_sorted`).
@@ -655,9 +655,12 @@ def _compact_chunk(row_ptr, out_ptr, chunk, vocab_size, lo, hi, kept_key, SHARE:
         keys = _keys(x, in_vocab)
         smallest = tl.minimum(smallest, tl.where(keys >= kept_key, x, POS_INF))
         taken = ((keys >= lo) & (keys < hi)).to(tl.int32)
-        slot = n + tl.cumsum(taken, axis=0) - 1
-        tl.store(out_ptr + slot, keys, mask=(taken > 0) & (slot < SHARE))
-        n += tl.sum(taken, axis=0)
+        count = tl.sum(taken, axis=0)
+        # Most tiles hold no candidate: they skip the scan.
+        if count > 0:
+            slot = n + tl.cumsum(taken, axis=0) - 1
+            tl.store(out_ptr + slot, keys, mask=(taken > 0) & (slot < SHARE))
+        n += count
     return n, tl.min(smallest, axis=0)
 
 
