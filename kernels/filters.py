@@ -223,32 +223,21 @@ def _masses_above(row_ptr, begin, end, cuts, row_max, inv_temperature, BLOCK_V: 
 
 
 @triton.jit
-def _compact(row_ptr, out_ptr, begin, end, lo, hi, capacity, counter_ptr, kept_key, SHARED: tl.constexpr,
-             BLOCK_V: tl.constexpr):  # fmt: skip
-    """How many tokens of ``[begin, end)`` have an order key in ``[lo, hi)`` (int32 bounds), their keys
-    into ``out_ptr[0:capacity]`` (those that fit), and, in the same pass, the smallest logit whose key
-    is ``>= kept_key`` (``+inf``: none). Alone (``SHARED`` false) a program writes the keys in token
-    order from slot 0; programs that share a row (``SHARED``) take their slots from the row's counter
-    (``counter_ptr``, an atomic add a tile), in no fixed order: the keys are sorted before use."""
+def _compact(row_ptr, out_ptr, end, lo, hi, capacity, BLOCK_V: tl.constexpr):
+    """The keys of the tokens of ``[0, end)`` whose order key lies in ``[lo, hi)`` (int32 bounds) into
+    ``out_ptr[0:capacity]`` in token order (those that fit), by a program that owns its row."""
     n = tl.full([], 0, tl.int32)
-    smallest = tl.full([BLOCK_V], POS_INF, tl.float32)
-    tile_start = begin
+    tile_start = 0
     while tile_start < end:
         x, in_vocab = _tile(row_ptr, tile_start, end, BLOCK_V)
         keys = _keys(x, in_vocab)
-        smallest = tl.minimum(smallest, tl.where(keys >= kept_key, x, POS_INF))
         taken = ((keys >= lo) & (keys < hi)).to(tl.int32)
         count = tl.sum(taken, axis=0)
         if count > 0:
-            if SHARED:  # noqa: SIM108 (a constexpr branch)
-                first = tl.atomic_add(counter_ptr, count)
-            else:
-                first = n
-            slot = first + tl.cumsum(taken, axis=0) - 1
+            slot = n + tl.cumsum(taken, axis=0) - 1
             tl.store(out_ptr + slot, keys, mask=(taken > 0) & (slot < capacity))
             n += count
         tile_start += BLOCK_V
-    return n, tl.min(smallest, axis=0)
 
 
 @triton.jit
@@ -287,13 +276,6 @@ def _sorted(out_ptr, n, CAPACITY: tl.constexpr):
     else:
         keys = tl.sort(tl.load(out_ptr + lanes, mask=lanes < n, other=NO_KEY), descending=True)
     return keys
-
-
-@triton.jit
-def _chunk_span(chunk, chunk_size, vocab_size):
-    """Tokens ``[begin, end)`` of a row's chunk."""
-    begin = chunk * chunk_size
-    return begin, tl.minimum(begin + chunk_size, vocab_size)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -379,8 +361,7 @@ def _top_k_finish(row_ptr, cand_ptr, vocab_size, k, lo, hi, n, packed, capacity,
     # The chunks' compaction holds the interval's tokens where they were gathered; after a pass, or
     # where they were not, compact again.
     if (n <= capacity) & (((i > 0) & (hi - lo > 1)) | ((i == 0) & (packed == 0))):
-        _compact(row_ptr, cand_ptr, 0, vocab_size, lo.to(tl.int32), hi.to(tl.int32), capacity, cand_ptr,
-                 NO_KEY, False, SCAN)  # fmt: skip
+        _compact(row_ptr, cand_ptr, vocab_size, lo.to(tl.int32), hi.to(tl.int32), capacity, SCAN)
     compacted = (n <= capacity) & ((i == 0) | (hi - lo > 1))
     kth = lo
     cand = tl.full([CAPACITY], NO_KEY, tl.int32)
@@ -416,8 +397,9 @@ def _top_p_finish(row_ptr, cand_ptr, vocab_size, target, lo, hi, mass_hi, at_lo,
     n = at_lo - at_hi
     if (hi - lo > 1) & (n <= capacity):
         if compacted == 0:
-            _compact(row_ptr, cand_ptr, 0, vocab_size, (lo + 1).to(tl.int32), (hi + 1).to(tl.int32), capacity,
-                     cand_ptr, NO_KEY, False, SCAN)  # fmt: skip
+            _compact(
+                row_ptr, cand_ptr, vocab_size, (lo + 1).to(tl.int32), (hi + 1).to(tl.int32), capacity, SCAN
+            )
         keys = _sorted(cand_ptr, n, CAPACITY)
         valid = tl.arange(0, CAPACITY).to(tl.int64) < n
         weights = tl.where(valid, tl.exp(scaled_logit(key_value(keys), row_max, inv_temperature)), 0.0)
