@@ -230,14 +230,21 @@ def _compact(row_ptr, out_ptr, end, lo, hi, capacity, BLOCK_V: tl.constexpr):
     tile_start = 0
     while tile_start < end:
         x, in_vocab = _tile(row_ptr, tile_start, end, BLOCK_V)
-        keys = _keys(x, in_vocab)
-        taken = ((keys >= lo) & (keys < hi)).to(tl.int32)
-        count = tl.sum(taken, axis=0)
-        if count > 0:
-            slot = n + tl.cumsum(taken, axis=0) - 1
-            tl.store(out_ptr + slot, keys, mask=(taken > 0) & (slot < capacity))
-            n += count
+        n = _compact_tile(out_ptr, _keys(x, in_vocab), lo, hi, n, capacity)
         tile_start += BLOCK_V
+
+
+@triton.jit
+def _compact_tile(out_ptr, keys, lo, hi, n, capacity):
+    """A tile's keys in ``[lo, hi)`` written in token order from slot ``n`` of ``out_ptr`` (those below
+    ``capacity``); returns ``n`` plus their count."""
+    taken = ((keys >= lo) & (keys < hi)).to(tl.int32)
+    count = tl.sum(taken, axis=0)
+    # Most tiles hold no candidate: they skip the scan.
+    if count > 0:
+        slot = n + tl.cumsum(taken, axis=0) - 1
+        tl.store(out_ptr + slot, keys, mask=(taken > 0) & (slot < capacity))
+    return n + count
 
 
 @triton.jit
@@ -636,13 +643,7 @@ def _compact_chunk(row_ptr, out_ptr, chunk, vocab_size, lo, hi, kept_key, SHARE:
         x, in_vocab = _tile(row_ptr, (chunk * TILES + t) * BLOCK_V, vocab_size, BLOCK_V)
         keys = _keys(x, in_vocab)
         smallest = tl.minimum(smallest, tl.where(keys >= kept_key, x, POS_INF))
-        taken = ((keys >= lo) & (keys < hi)).to(tl.int32)
-        count = tl.sum(taken, axis=0)
-        # Most tiles hold no candidate: they skip the scan.
-        if count > 0:
-            slot = n + tl.cumsum(taken, axis=0) - 1
-            tl.store(out_ptr + slot, keys, mask=(taken > 0) & (slot < SHARE))
-        n += count
+        n = _compact_tile(out_ptr, keys, lo, hi, n, SHARE)
     return n, tl.min(smallest, axis=0)
 
 

@@ -14,6 +14,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -75,16 +76,7 @@ def test_a_bad_budget_names_the_argument(kwargs: dict[str, float], message: str)
 def test_a_campaign_states_its_budget_and_what_it_spent(tmp_path: Path) -> None:
     """A campaign that confirms a planted bug states the rate of the whole campaign and the level its
     stages spent; the reproducer carries the failing stage's level, so the replay tests at it."""
-    result = run_campaign(
-        Blind(MUTANTS["M02"].load()),
-        "M02",
-        seconds=20,
-        targeted=False,
-        shrink=False,
-        corpus=tmp_path,
-        progress=False,
-        errors=ErrorBudget(2e-6, ALPHA),
-    )
+    result = _search_m02(corpus=tmp_path, errors=ErrorBudget(2e-6, ALPHA))
     assert result.failure is not None and result.confirmations >= 1
     assert result.false_failure_rate == 2e-6
     assert 0 < result.spent <= 2e-6
@@ -112,17 +104,17 @@ def test_local_workers_interleave_the_stages_of_one_budget(
     assert "campaign of 2 workers: false-failure rate <= 1e-05 for the whole campaign" in out
 
 
-def _search_m02(database: object, seed: int = 0) -> CampaignResult:
-    """The search alone on the planted bug M02 (blind, no shrinking) with ``database``."""
+def _search_m02(**options: Any) -> CampaignResult:
+    """The search alone on the planted bug M02 (blind, no shrinking, 20 s), with ``options`` of
+    `run_campaign`."""
     return run_campaign(
         Blind(MUTANTS["M02"].load()),
         "M02",
         seconds=20,
         targeted=False,
         shrink=False,
-        seed=seed,
         progress=False,
-        database=example_database(database),  # type: ignore[arg-type]
+        **options,
     )
 
 
@@ -134,10 +126,10 @@ def test_a_failure_saved_by_one_campaign_is_the_next_ones_first_batch(tmp_path: 
     """The search saves its failure in the example database; a later campaign, with another search
     seed, screens it first (before this was mended, `hypothesis.seed` dropped the database)."""
     database = tmp_path / "db"
-    first = _search_m02(database)
+    first = _search_m02(database=example_database(database))
     assert first.failure is not None
     assert any(database.rglob("*")), "nothing was saved"
-    second = _search_m02(database, seed=12345)
+    second = _search_m02(database=example_database(database), seed=12345)
     assert second.failure is not None and second.searched == 1
     # keyed by the variant: a correct sampler with the same database does not replay M02's batch
     clean = run_campaign(
@@ -246,7 +238,7 @@ def test_a_planted_bug_found_on_one_worker_replays_on_the_other(
 
     keys = redis.Redis.from_url(redis_url).keys("specsample-fuzz:*")
     assert keys, "the failing batch was not saved in Redis"
-    later = _search_m02(redis_url, seed=777)
+    later = _search_m02(database=example_database(redis_url), seed=777)
     assert later.failure is not None and later.searched == 1
 
 
