@@ -202,7 +202,7 @@ class WorkRecord:
 # ones its parameters name.
 INPUT_BUFFERS = (
     "target_ptr", "draft_ptr", "draft_ids_ptr", "cu_ptr", "temperature_ptr", "seed_ptr", "step_ptr",
-    "draft_slot_ptr", "rates_ptr",
+    "draft_slot_ptr", "rates_ptr", "threshold_ptr", "draft_threshold_ptr",
 )  # fmt: skip
 RECORD_BUFFERS = tuple(f"{work.name}_ptr" for work in WORKSPACE if work.pointer)
 OUTPUT_BUFFERS = ("token_ids_ptr", "logprobs_ptr", "num_emitted_ptr", "accepted_nodes_ptr")
@@ -323,8 +323,9 @@ def programmatic_launch(device: torch.device) -> bool:
     return torch.cuda.get_device_capability(device)[0] >= 9
 
 
-def make_plan(batch: SpecBatch) -> Plan:
-    """The `Plan` of a validated batch."""
+def make_plan(batch: SpecBatch, filtered: bool = False) -> Plan:
+    """The `Plan` of a validated batch; ``filtered``: its rows are read through per-row thresholds
+    (`split_filters`), as the masked rows would be."""
     num_requests, vocab_size = batch.num_requests, batch.vocab_size
     max_num_drafts = batch.resolved_max_num_drafts()
     width = max_num_drafts + 1
@@ -352,7 +353,7 @@ def make_plan(batch: SpecBatch) -> Plan:
     row_align = _row_alignment(batch.target_logits.stride(0), draft_stride, slot_stride)
     counts = _read_bounds(batch, num_draft_rows, slot_capacity)
 
-    shared = dict(METHOD=method, HAS_DRAFT=draft is not None, SLOTTED=batch.slotted)
+    shared = dict(METHOD=method, HAS_DRAFT=draft is not None, SLOTTED=batch.slotted, FILTERED=filtered)
     pdl = programmatic_launch(batch.device)
     dependent = dict(launch_pdl=True) if pdl else {}
     strides = dict(
@@ -381,7 +382,7 @@ def make_plan(batch: SpecBatch) -> Plan:
                 values=dict(
                     **strides, max_num_drafts=max_num_drafts, num_splits=num_splits,
                     TILES_PER_SPLIT=stats_tiles, BLOCK_V=stats_block, SPLIT_BLOCK=layout.split_block,
-                    HAS_DRAFT=draft is not None, SLOTTED=batch.slotted, PDL=pdl,
+                    HAS_DRAFT=draft is not None, SLOTTED=batch.slotted, FILTERED=filtered, PDL=pdl,
                 ),
                 options=dict(num_warps=STATS_WARPS, **dependent), buffers=CALL_BUFFERS,
             )
@@ -419,7 +420,7 @@ def make_plan(batch: SpecBatch) -> Plan:
                 jit.emit_kernel, (num_requests, 1, 1),
                 values=dict(
                     vocab_size=vocab_size, max_num_drafts=max_num_drafts, num_blocks=num_blocks,
-                    NUM_BLOCKS=_next_power_of_2(num_blocks), ROW_ALIGN=row_align, PDL=pdl,
+                    NUM_BLOCKS=_next_power_of_2(num_blocks), ROW_ALIGN=row_align, PDL=pdl, FILTERED=filtered,
                 ),
                 options=dict(num_warps=EMIT_WARPS, **dependent), buffers=CALL_BUFFERS,
             )
@@ -453,9 +454,11 @@ def _plan(
     )
 
 
-def _batch_tensors(batch: SpecBatch) -> tuple[torch.Tensor, ...]:
+def _batch_tensors(
+    batch: SpecBatch, thresholds: tuple[torch.Tensor, torch.Tensor] | None = None
+) -> tuple[torch.Tensor, ...]:
     """The batch's tensors as the kernels take them, in the order of `INPUT_BUFFERS` (stand-ins where
-    an input is absent: never read)."""
+    an input is absent: never read), then the target and draft rows' thresholds (`split_filters`)."""
     target = batch.target_logits
     draft = batch.draft_logits if batch.draft_logits is not None else target
     slot = batch.draft_slot if batch.draft_slot is not None else batch.cu_num_drafts
@@ -463,9 +466,10 @@ def _batch_tensors(batch: SpecBatch) -> tuple[torch.Tensor, ...]:
     # A tree takes no rates: its parents travel in their place (`rates_ptr`).
     if batch.tree_parent is not None:
         rates = batch.tree_parent
+    target_t, draft_t = (batch.temperature, batch.temperature) if thresholds is None else thresholds
     return (
         target, draft, batch.draft_token_ids, batch.cu_num_drafts, batch.temperature, batch.seed,
-        batch.step, slot, rates if rates is not None else batch.temperature,
+        batch.step, slot, rates if rates is not None else batch.temperature, target_t, draft_t,
     )  # fmt: skip
 
 
@@ -502,7 +506,9 @@ def _output(outputs: tuple[torch.Tensor, ...], tree: bool) -> SpecOutput:
     return SpecOutput(token_ids, num_emitted, logprobs, nodes if tree else None)
 
 
-def _compile_and_run(batch: SpecBatch, plan: Plan) -> tuple[SpecOutput, list[launch.CachedLaunch]]:
+def _compile_and_run(
+    batch: SpecBatch, plan: Plan, thresholds: tuple[torch.Tensor, torch.Tensor] | None = None
+) -> tuple[SpecOutput, list[launch.CachedLaunch]]:
     """Launch through Triton's dispatch (which compiles, or loads from its cache) with tensors.
 
     Returns:
@@ -511,7 +517,7 @@ def _compile_and_run(batch: SpecBatch, plan: Plan) -> tuple[SpecOutput, list[lau
     """
     device = batch.device
     outputs = _outputs(plan, device)
-    buffers = dict(zip(INPUT_BUFFERS, _batch_tensors(batch), strict=True))
+    buffers = dict(zip(INPUT_BUFFERS, _batch_tensors(batch, thresholds), strict=True))
     buffers.update(zip(OUTPUT_BUFFERS, outputs, strict=True))
     work = _workspace(plan, device)
     buffers.update(work_ptr=work, geometry_ptr=plan.geometry, **_record_views(plan, work))
@@ -586,12 +592,15 @@ def _run_rows(batch: SpecBatch) -> SpecOutput:
 _cache = launch.PlanCache(size=1024)
 
 
-def _plan_key(batch: SpecBatch, device_index: int, tensors: tuple[torch.Tensor, ...]) -> tuple[Any, ...]:
+def _plan_key(
+    batch: SpecBatch, device_index: int, tensors: tuple[torch.Tensor, ...], filtered: bool = False
+) -> tuple[Any, ...]:
     """What a call's kernels depend on besides addresses and values: shapes, strides, dtypes, the
-    method, the current device, and which inputs are 16-byte aligned (Triton specialises on it)."""
+    method, the current device, whether rows are read through thresholds, and which inputs are
+    16-byte aligned (Triton specialises on it)."""
     draft = batch.draft_logits
     return (
-        device_index, batch.method, batch.resolved_max_num_drafts(), batch.cu_num_drafts.shape[0],
+        device_index, filtered, batch.method, batch.resolved_max_num_drafts(), batch.cu_num_drafts.shape[0],
         batch.target_logits.shape, batch.target_logits.stride(), batch.target_logits.dtype,
         None if draft is None else (draft.shape, draft.stride(), draft.dtype),
         batch.draft_token_ids.shape[0],
@@ -661,41 +670,42 @@ def rejection_sample(
             f"method is {batch.method!r}; the kernels have a branch for {', '.join(KERNEL_METHODS)} only"
         )
     plan = launch_plan(batch.device, plan)
-    batch = filter_batch(batch, plan)
+    thresholds = None
+    if plan == "rows":
+        batch = filter_batch(batch, plan)
+    else:
+        batch, thresholds = split_filters(batch)
+    filtered = thresholds is not None
     if batch.max_num_drafts is None:
         # The one read of cu_num_drafts, checked whatever check_values says: it sizes the output.
         batch = dataclasses.replace(batch, max_num_drafts=batch.resolved_max_num_drafts())
     if plan == "rows":
         return _run_rows(batch)
     if batch.device.type != "cuda":
-        return _compile_and_run(batch, make_plan(batch))[0]
-    tensors = _batch_tensors(batch)
+        return _compile_and_run(batch, make_plan(batch, filtered), thresholds)[0]
+    tensors = _batch_tensors(batch, thresholds)
     device_index = launch.current_device()
-    key = _plan_key(batch, device_index, tensors)
+    key = _plan_key(batch, device_index, tensors, filtered)
     entry = _cache.get(key)
     if entry is not None and entry[1] and launch.direct_launch_ready():
         plan, cached = entry
         return _run_cached(batch, plan, cached, [tensor.data_ptr() for tensor in tensors], device_index)
-    plan = make_plan(batch) if entry is None else entry[0]
-    output, cached = _compile_and_run(batch, plan)
+    plan = make_plan(batch, filtered) if entry is None else entry[0]
+    output, cached = _compile_and_run(batch, plan, thresholds)
     _cache.put(key, plan, cached)
     return output
 
 
-def filter_batch(batch: SpecBatch, plan: str | None = None) -> SpecBatch:
-    """``batch`` with its sampling parameters applied: target rows (and, with ``draft_filter``, draft
-    rows) masked to ``-inf`` below each row's threshold (`kernels.filters.filter_thresholds`, in the
-    launch plan ``plan``, default `launch_plan`'s), the parameters then dropped; ``batch`` itself when
-    it has none. No host synchronisation: rows are mapped to their requests on the device, from
-    shapes known on the host."""
-    if not batch.filtered:
-        return dataclasses.replace(batch, draft_filter=False) if batch.draft_filter else batch
+def _row_thresholds(batch: SpecBatch, plan: str) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Each target row's threshold (`kernels.filters.filter_thresholds`, in launch plan ``plan``) and,
+    with ``draft_filter``, each draft row's (``[D]``, or ``[S * K]`` of slotted drafts: rows no request
+    reads are greedy, so ``-inf``); ``None`` without it. No host synchronisation: rows are mapped to
+    their requests on the device, from shapes known on the host."""
     device, num_requests = batch.device, batch.num_requests
-    plan = launch_plan(device, plan)
     counts = (batch.cu_num_drafts[1:] - batch.cu_num_drafts[:-1]).to(torch.int64)
     requests = torch.arange(num_requests, device=device)
 
-    def masked(
+    def thresholds(
         logits: torch.Tensor, owner: torch.Tensor, sampled: torch.Tensor | None = None
     ) -> torch.Tensor:
         temperature = batch.temperature[owner]
@@ -704,34 +714,66 @@ def filter_batch(batch: SpecBatch, plan: str | None = None) -> SpecBatch:
         params = {
             name: None if getattr(batch, name) is None else getattr(batch, name)[owner] for name in FILTERS
         }
-        thresholds = filter_thresholds(logits, temperature, **params, check_values=False, plan=plan)
-        return apply_thresholds(logits, thresholds)
+        return filter_thresholds(logits, temperature, **params, check_values=False, plan=plan)
 
     rows = batch.target_logits.shape[0]
     owner = torch.repeat_interleave(requests, counts + 1, output_size=rows)
-    target = masked(batch.target_logits, owner)
+    target = thresholds(batch.target_logits, owner)
     draft = batch.draft_logits
-    if batch.draft_filter and draft is not None:
+    if not batch.draft_filter or draft is None:
+        return target, None
+    if draft.dim() == 2:
+        owner = torch.repeat_interleave(requests, counts, output_size=draft.shape[0])
+        empty = torch.empty(0, dtype=torch.float32, device=device)
+        return target, thresholds(draft, owner) if draft.shape[0] else empty
+    assert batch.draft_slot is not None
+    num_slots, capacity, vocab_size = draft.shape
+    slot_owner = torch.full((num_slots,), -1, dtype=torch.int64, device=device)
+    slot_owner[batch.draft_slot.to(torch.int64)] = requests
+    row_owner = slot_owner.repeat_interleave(capacity)
+    return target, thresholds(draft.reshape(-1, vocab_size), row_owner.clamp(min=0), row_owner >= 0)
+
+
+def _unfiltered(batch: SpecBatch, **logits: torch.Tensor) -> SpecBatch:
+    """``batch`` without its sampling parameters (and with ``logits`` in place of its own)."""
+    return dataclasses.replace(batch, **logits, top_k=None, top_p=None, min_p=None, draft_filter=False)
+
+
+def filter_batch(batch: SpecBatch, plan: str | None = None) -> SpecBatch:
+    """``batch`` with its sampling parameters applied: target rows (and, with ``draft_filter``, draft
+    rows) masked to ``-inf`` below each row's threshold (`_row_thresholds`, in the launch plan
+    ``plan``, default `launch_plan`'s), the parameters then dropped; ``batch`` itself when it has
+    none. The rows plan reads the masked copy; the split plan reads the rows through the
+    thresholds instead (`split_filters`)."""
+    if not batch.filtered:
+        return dataclasses.replace(batch, draft_filter=False) if batch.draft_filter else batch
+    plan = launch_plan(batch.device, plan)
+    target_t, draft_t = _row_thresholds(batch, plan)
+    target = apply_thresholds(batch.target_logits, target_t)
+    draft = batch.draft_logits
+    if draft_t is not None and draft is not None:
         if draft.dim() == 2:
-            owner = torch.repeat_interleave(requests, counts, output_size=draft.shape[0])
-            draft = masked(draft, owner) if draft.shape[0] else draft
+            draft = apply_thresholds(draft, draft_t) if draft.shape[0] else draft
         else:
-            assert batch.draft_slot is not None
-            num_slots, capacity, vocab_size = draft.shape
-            slot_owner = torch.full((num_slots,), -1, dtype=torch.int64, device=device)
-            slot_owner[batch.draft_slot.to(torch.int64)] = requests
-            row_owner = slot_owner.repeat_interleave(capacity)
-            flat = masked(draft.reshape(-1, vocab_size), row_owner.clamp(min=0), row_owner >= 0)
-            draft = flat.reshape(num_slots, capacity, vocab_size)
-    return dataclasses.replace(
-        batch,
-        target_logits=target,
-        draft_logits=draft,
-        top_k=None,
-        top_p=None,
-        min_p=None,
-        draft_filter=False,
-    )
+            draft = apply_thresholds(draft.reshape(-1, draft.shape[-1]), draft_t).reshape(draft.shape)
+    return _unfiltered(batch, target_logits=target, draft_logits=draft)
+
+
+def split_filters(batch: SpecBatch) -> tuple[SpecBatch, tuple[torch.Tensor, torch.Tensor] | None]:
+    """The split plan's filtered call: ``batch`` without its sampling parameters, and each target
+    row's and draft row's threshold (``-inf`` for draft rows without ``draft_filter``), through
+    which the kernels read the rows (`rules.kept_logit`) where the rows plan reads a masked copy;
+    ``None`` without parameters."""
+    if not batch.filtered:
+        return (dataclasses.replace(batch, draft_filter=False) if batch.draft_filter else batch), None
+    target_t, draft_t = _row_thresholds(batch, "split")
+    if draft_t is None:
+        draft = batch.draft_logits
+        rows = (
+            0 if draft is None else (draft.shape[0] if draft.dim() == 2 else draft.shape[0] * draft.shape[1])
+        )
+        draft_t = torch.full((rows,), float("-inf"), dtype=torch.float32, device=batch.device)
+    return _unfiltered(batch), (target_t, draft_t)
 
 
 # Whether the sampler declares the sampling parameters (`TritonRejectionSampler`): unset or anything but

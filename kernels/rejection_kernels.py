@@ -83,6 +83,7 @@ from specsample.kernels.rules import (
     gumbel_max,
     gumbel_noise,
     inverse_temperature,
+    kept_logit,
     law_weights,
     log_prob,
     log_prob_at,
@@ -153,6 +154,8 @@ def _split_stats(
     split,
     vocab_size,
     inv_temperature,
+    threshold,
+    FILTERED: tl.constexpr,
     TILES_PER_SPLIT: tl.constexpr,
     BLOCK_V: tl.constexpr,
 ):
@@ -171,7 +174,11 @@ def _split_stats(
     for tile in range(TILES_PER_SPLIT):
         tokens = first + tile * BLOCK_V + lanes
         in_vocab = tokens < vocab_size
-        x = clean_logit(tl.load(row_ptr + tokens, mask=in_vocab & row_inside, other=NEG_INF))
+        x = clean_logit(
+            kept_logit(
+                tl.load(row_ptr + tokens, mask=in_vocab & row_inside, other=NEG_INF), threshold, FILTERED
+            )
+        )
         tile_max, tile_lane = tl.max(x, axis=0, return_indices=True, return_indices_tie_break_left=True)
         # Strict `>`: the first maximum wins ties, as the specification's argmax does.
         row_arg = tl.where(tile_max > row_max, first + tile * BLOCK_V + tile_lane, row_arg)
@@ -196,6 +203,9 @@ def _split_moments(
     split,
     vocab_size,
     inv_temperature,
+    target_threshold,
+    draft_threshold,
+    FILTERED: tl.constexpr,
     PAIR: tl.constexpr,
     TILES_PER_SPLIT: tl.constexpr,
     BLOCK_V: tl.constexpr,
@@ -218,9 +228,11 @@ def _split_moments(
     for tile in range(TILES_PER_SPLIT):
         tokens = first + tile * BLOCK_V + lanes
         in_vocab = tokens < vocab_size
-        x = clean_logit(tl.load(target_row_ptr + tokens, mask=in_vocab & target_inside, other=NEG_INF))
+        x = tl.load(target_row_ptr + tokens, mask=in_vocab & target_inside, other=NEG_INF)
+        x = clean_logit(kept_logit(x, target_threshold, FILTERED))
         if PAIR:
-            y = clean_logit(tl.load(draft_row_ptr + tokens, mask=in_vocab & draft_inside, other=NEG_INF))
+            y = tl.load(draft_row_ptr + tokens, mask=in_vocab & draft_inside, other=NEG_INF)
+            y = clean_logit(kept_logit(y, draft_threshold, FILTERED))
             draft_max, draft_sum = _online_sum(
                 y, tl.max(y, axis=0), in_vocab, draft_max, draft_sum, inv_temperature
             )
@@ -232,7 +244,7 @@ def _split_moments(
 
 @triton.jit
 def _split_sample_stats(row_ptr, row_inside, split, vocab_size, inv_temperature, seed, step, position,
-                        SPLIT_SIZE: tl.constexpr):  # fmt: skip
+                        threshold, FILTERED: tl.constexpr, SPLIT_SIZE: tl.constexpr):  # fmt: skip
     """`_split_stats` of a sampled strict row, with the split's Gumbel-max candidate, in noise groups.
 
     Returns ``(max, sum, candidate logit, candidate gumbel, candidate token)``. The candidate is
@@ -250,7 +262,8 @@ def _split_sample_stats(row_ptr, row_inside, split, vocab_size, inv_temperature,
     for group in range(0, SPLIT_SIZE, NOISE_GROUP):
         tokens = first + group + lanes
         in_vocab = tokens < vocab_size
-        x = clean_logit(tl.load(row_ptr + tokens, mask=in_vocab & row_inside, other=NEG_INF))
+        x = tl.load(row_ptr + tokens, mask=in_vocab & row_inside, other=NEG_INF)
+        x = clean_logit(kept_logit(x, threshold, FILTERED))
         new_max = tl.maximum(row_max, tl.max(x, axis=0))
         scaled = scaled_logit(x, new_max, inv_temperature)
         weights = tl.where(in_vocab, tl.exp(scaled), 0.0)
@@ -289,6 +302,8 @@ def row_stats_kernel(
     step_ptr,
     draft_slot_ptr,
     rates_ptr,
+    threshold_ptr,
+    draft_threshold_ptr,
     work_ptr,
     geometry_ptr,
     target_stride,
@@ -300,6 +315,7 @@ def row_stats_kernel(
     METHOD: tl.constexpr,
     HAS_DRAFT: tl.constexpr,
     SLOTTED: tl.constexpr,
+    FILTERED: tl.constexpr,
     TILES_PER_SPLIT: tl.constexpr,
     BLOCK_V: tl.constexpr,
     SPLIT_BLOCK: tl.constexpr,
@@ -333,6 +349,11 @@ def row_stats_kernel(
         draft_slot_ptr: ``[B]`` int32/int64 slots (unused unless ``SLOTTED``).
         rates_ptr: ``[num_rates]`` fp64 synthetic conditional acceptance rates (synthetic only);
             for a tree, ``[D]`` int32/int64 each node's parent within its request.
+        threshold_ptr: ``[R]`` fp32, where ``FILTERED``: each target row's kept set is its logits
+            at or above this (`kernels.filters.filter_thresholds`; ``-inf``: every one), read as
+            the masked rows would be.
+        draft_threshold_ptr: the same for the draft rows, ``[D]`` or ``[S * K]`` (``-inf`` where
+            the drafts are not filtered).
         work_ptr: the call's int32 workspace. This kernel writes the split records at its start
             (``SPLIT_*``), each ``[B * (max_n + 1) * num_splits]``: target max and sum (fp32) and
             first argmax (int32); draft max and sum (fp32, probabilistic); the Gumbel-max
@@ -403,20 +424,21 @@ def row_stats_kernel(
         # not counting in, so the row is never finished, and nothing reads it.
         if needed:
             _split_program(
-                target_ptr, draft_ptr, draft_ids_ptr, draft_slot_ptr, rates_ptr, work_ptr, geometry_ptr,
-                counter_ptr, num_target_rows, request, split, position, draft_start, num_drafts, temperature,
-                seed, step, target_stride, draft_stride, slot_stride, vocab_size, width, num_splits, METHOD,
-                HAS_DRAFT, SLOTTED, TILES_PER_SPLIT, BLOCK_V, SPLIT_BLOCK,
+                target_ptr, draft_ptr, draft_ids_ptr, draft_slot_ptr, rates_ptr, threshold_ptr,
+                draft_threshold_ptr, work_ptr, geometry_ptr, counter_ptr, num_target_rows, request, split,
+                position, draft_start, num_drafts, temperature, seed, step, target_stride, draft_stride,
+                slot_stride, vocab_size, width, num_splits, METHOD, HAS_DRAFT, SLOTTED, FILTERED,
+                TILES_PER_SPLIT, BLOCK_V, SPLIT_BLOCK,
             )  # fmt: skip
 
 
 @triton.jit
 def _split_program(
-    target_ptr, draft_ptr, draft_ids_ptr, draft_slot_ptr, rates_ptr, work_ptr, geometry_ptr, counter_ptr,
-    num_target_rows, request, split, position, draft_start, num_drafts, temperature, seed, step,
-    target_stride, draft_stride, slot_stride, vocab_size, width, num_splits,
-    METHOD: tl.constexpr, HAS_DRAFT: tl.constexpr, SLOTTED: tl.constexpr, TILES_PER_SPLIT: tl.constexpr,
-    BLOCK_V: tl.constexpr, SPLIT_BLOCK: tl.constexpr,
+    target_ptr, draft_ptr, draft_ids_ptr, draft_slot_ptr, rates_ptr, threshold_ptr, draft_threshold_ptr,
+    work_ptr, geometry_ptr, counter_ptr, num_target_rows, request, split, position, draft_start, num_drafts,
+    temperature, seed, step, target_stride, draft_stride, slot_stride, vocab_size, width, num_splits,
+    METHOD: tl.constexpr, HAS_DRAFT: tl.constexpr, SLOTTED: tl.constexpr, FILTERED: tl.constexpr,
+    TILES_PER_SPLIT: tl.constexpr, BLOCK_V: tl.constexpr, SPLIT_BLOCK: tl.constexpr,
 ):  # fmt: skip
     """A needed split of row_stats_kernel: its statistics and split records; the row's last split
     finishes the row (`_finish_row`)."""
@@ -427,6 +449,10 @@ def _split_program(
     target_row_ptr = target_ptr + tl.where(target_inside, target_row, 0) * target_stride
     row = request.to(tl.int64) * width + position
     out = row * num_splits + split
+    target_threshold = tl.full([], NEG_INF, tl.float32)
+    draft_threshold = tl.full([], NEG_INF, tl.float32)
+    if FILTERED:
+        target_threshold = tl.load(threshold_ptr + target_row, mask=target_inside, other=NEG_INF)
     first = split * (TILES_PER_SPLIT * BLOCK_V)
     row_max = tl.full([], NEG_INF, tl.float32)
     row_sum = tl.full([], 0.0, tl.float32)
@@ -454,6 +480,15 @@ def _split_program(
             request, draft_start, position, draft_slot_ptr, num_draft_rows, slot_capacity, draft_stride,
             slot_stride, SLOTTED,
         )  # fmt: skip
+        if FILTERED:
+            # The draft row's index: its offset in rows (slots of K rows).
+            draft_index = draft_row_offset(
+                request, draft_start, position, draft_slot_ptr, num_draft_rows, slot_capacity, 1,
+                slot_capacity, SLOTTED,
+            )  # fmt: skip
+            draft_threshold = tl.load(
+                draft_threshold_ptr + tl.maximum(draft_index, 0), mask=draft_index >= 0, other=NEG_INF
+            )
         reads_q = sampled & is_draft
     else:
         reads_q = position < 0
@@ -462,27 +497,30 @@ def _split_program(
         if sampled:
             row_max, row_sum, cand_logit, cand_gumbel, cand_token = _split_sample_stats(
                 target_row_ptr, target_inside, split, vocab_size, inv_temperature, seed, step, position,
-                TILES_PER_SPLIT * BLOCK_V,
+                target_threshold, FILTERED, TILES_PER_SPLIT * BLOCK_V,
             )  # fmt: skip
         else:
             row_max, row_sum, row_arg = _split_stats(
-                target_row_ptr, target_inside, split, vocab_size, inv_temperature, TILES_PER_SPLIT, BLOCK_V
-            )
+                target_row_ptr, target_inside, split, vocab_size, inv_temperature, target_threshold, FILTERED,
+                TILES_PER_SPLIT, BLOCK_V,
+            )  # fmt: skip
     elif reads_q:
         row_max, row_sum, draft_max, draft_sum = _split_moments(
             target_row_ptr, target_inside, draft_ptr + tl.maximum(draft_offset, 0), draft_offset >= 0, split,
-            vocab_size, inv_temperature, True, TILES_PER_SPLIT, BLOCK_V,
+            vocab_size, inv_temperature, target_threshold, draft_threshold, FILTERED, True, TILES_PER_SPLIT,
+            BLOCK_V,
         )  # fmt: skip
     elif sampled:
         # Only greedy rows compare drafts with the argmax; sampled rows skip it.
         row_max, row_sum, _, _ = _split_moments(
-            target_row_ptr, target_inside, target_row_ptr, False, split, vocab_size, inv_temperature, False,
-            TILES_PER_SPLIT, BLOCK_V,
+            target_row_ptr, target_inside, target_row_ptr, False, split, vocab_size, inv_temperature,
+            target_threshold, draft_threshold, FILTERED, False, TILES_PER_SPLIT, BLOCK_V,
         )  # fmt: skip
     else:
         row_max, row_sum, row_arg = _split_stats(
-            target_row_ptr, target_inside, split, vocab_size, inv_temperature, TILES_PER_SPLIT, BLOCK_V
-        )
+            target_row_ptr, target_inside, split, vocab_size, inv_temperature, target_threshold, FILTERED,
+            TILES_PER_SPLIT, BLOCK_V,
+        )  # fmt: skip
     if METHOD == STRICT or METHOD == TREE:  # noqa: SIM109 (constexprs)
         tl.store(_split_record(work_ptr, SPLIT.cand_logit, tl.float32) + out, cand_logit)
         tl.store(_split_record(work_ptr, SPLIT.cand_gumbel, tl.float32) + out, cand_gumbel)
@@ -502,8 +540,8 @@ def _split_program(
         _finish_row(
             target_row_ptr, target_inside, draft_ptr, draft_ids_ptr, draft_slot_ptr, rates_ptr, work_ptr,
             geometry_ptr, request, position, row, draft_start, num_drafts, temperature, inv_temperature, seed,
-            step, draft_stride, slot_stride, vocab_size, width, num_splits, METHOD, HAS_DRAFT, SLOTTED,
-            SPLIT_BLOCK,
+            step, draft_stride, slot_stride, vocab_size, width, num_splits, target_threshold, draft_threshold,
+            METHOD, HAS_DRAFT, SLOTTED, FILTERED, SPLIT_BLOCK,
         )  # fmt: skip
         if METHOD == TREE:
             # The row's records are written: its children's rows may read its token.
@@ -638,8 +676,9 @@ def _strict_sample(
 def _finish_row(
     target_row_ptr, target_inside, draft_ptr, draft_ids_ptr, draft_slot_ptr, rates_ptr, work_ptr,
     geometry_ptr, request, position, row, draft_start, num_drafts, temperature, inv_temperature,
-    seed, step, draft_stride, slot_stride, vocab_size, width, num_splits,
-    METHOD: tl.constexpr, HAS_DRAFT: tl.constexpr, SLOTTED: tl.constexpr, SPLIT_BLOCK: tl.constexpr,
+    seed, step, draft_stride, slot_stride, vocab_size, width, num_splits, target_threshold, draft_threshold,
+    METHOD: tl.constexpr, HAS_DRAFT: tl.constexpr, SLOTTED: tl.constexpr, FILTERED: tl.constexpr,
+    SPLIT_BLOCK: tl.constexpr,
 ):  # fmt: skip
     """Combine the split records of one row, decide its draft, and write the row's record.
 
@@ -687,12 +726,14 @@ def _finish_row(
     is_draft, draft_id, real = draft_at(
         draft_ids_ptr, draft_start, position, num_drafts, num_draft_ids, vocab_size
     )
-    log_p = log_prob_at(
-        target_row_ptr, target_inside & real, draft_id, row_max, log_sum, inv_temperature, vocab_size
-    )
-    token_log_p = log_prob_at(
-        target_row_ptr, target_inside, token, row_max, log_sum, inv_temperature, vocab_size
-    )
+    log_p = _log_prob_at(
+        target_row_ptr, target_inside & real, draft_id, row_max, log_sum, inv_temperature, vocab_size,
+        target_threshold, FILTERED,
+    )  # fmt: skip
+    token_log_p = _log_prob_at(
+        target_row_ptr, target_inside, token, row_max, log_sum, inv_temperature, vocab_size, target_threshold,
+        FILTERED,
+    )  # fmt: skip
     draft_max = tl.full([], NEG_INF, tl.float32)
     draft_log_sum = tl.full([], 0.0, tl.float32)
     if METHOD == SYNTHETIC:
@@ -728,6 +769,7 @@ def _finish_row(
                         mask=draft_inside,
                         other=NEG_INF,
                     )
+                    draft_logit = kept_logit(draft_logit, draft_threshold, FILTERED)
                     log_q = log_prob(draft_logit, draft_max, draft_log_sum, inv_temperature)
             if METHOD == BLOCK:
                 # Decided jointly by block_keep_kernel from the ratios: no rejection here.
@@ -744,12 +786,30 @@ def _finish_row(
     tl.store(row_float + ROW_FLOAT.draft_log_sum, draft_log_sum)
     tl.store(row_float + ROW_FLOAT.draft_log_prob, log_p)
     tl.store(row_float + ROW_FLOAT.token_log_prob, token_log_p)
+    if FILTERED:
+        tl.store(row_float + ROW_FLOAT.target_threshold, target_threshold)
+        tl.store(row_float + ROW_FLOAT.draft_threshold, draft_threshold)
     row_int = row_int_ptr + row * ROW_INT.SIZE
     tl.store(row_int + ROW_INT.token, token)
     # A tree's rows raise no flag: the rows a tree needs follow its nodes' parents and the tokens
     # their rows drew (`_tree_row_needed`), not its first rejection.
     if (METHOD != TREE) & is_draft & ~accept:
         tl.atomic_max(stop_flag_ptr + request, width - position)
+
+
+@triton.jit
+def _log_prob_at(target_row_ptr, target_inside, token, row_max, log_sum, inv_temperature, vocab_size,
+                 threshold, FILTERED: tl.constexpr):  # fmt: skip
+    """`rules.log_prob_at` of the filtered row (`rules.kept_logit`) where ``FILTERED``."""
+    if FILTERED:
+        inside = target_inside & (token >= 0) & (token < vocab_size)
+        logit = tl.load(target_row_ptr + tl.where(inside, token, 0), mask=inside, other=NEG_INF)
+        value = log_prob(kept_logit(logit, threshold, FILTERED), row_max, log_sum, inv_temperature)
+    else:
+        value = log_prob_at(
+            target_row_ptr, target_inside, token, row_max, log_sum, inv_temperature, vocab_size
+        )
+    return value
 
 
 @triton.jit
@@ -769,8 +829,9 @@ def _block_log_weight(row_float_ptr, out_row, position):
 @triton.jit
 def _split_block_mass(
     target_row_ptr, target_inside, draft_row_ptr, draft_inside, split, vocab_size, inv_temperature,
-    target_max, target_log_sum, draft_max, draft_log_sum, log_weight, draft_id,
-    HAS_DRAFT: tl.constexpr, TILES_PER_SPLIT: tl.constexpr, BLOCK_V: tl.constexpr,
+    target_max, target_log_sum, draft_max, draft_log_sum, log_weight, draft_id, target_threshold,
+    draft_threshold, HAS_DRAFT: tl.constexpr, FILTERED: tl.constexpr, TILES_PER_SPLIT: tl.constexpr,
+    BLOCK_V: tl.constexpr,
 ):  # fmt: skip
     """One split's share of block verification's residual mass ``S = sum_x max(w p(x) - q(x), 0)``
     (`rules.block_residual`)."""
@@ -782,9 +843,11 @@ def _split_block_mass(
         tokens = first + tile * BLOCK_V + lanes
         in_vocab = tokens < vocab_size
         x = tl.load(target_row_ptr + tokens, mask=in_vocab & target_inside, other=NEG_INF)
+        x = kept_logit(x, target_threshold, FILTERED)
         y = x
         if HAS_DRAFT:
             y = tl.load(draft_row_ptr + tokens, mask=in_vocab & draft_inside & real, other=NEG_INF)
+            y = kept_logit(y, draft_threshold, FILTERED)
         total += block_residual(
             x, y, tokens, vocab_size, target_max, target_log_sum, log_weight, draft_max, draft_log_sum,
             draft_id, inv_temperature, HAS_DRAFT,
@@ -814,6 +877,7 @@ def block_keep_kernel(
     num_splits,
     HAS_DRAFT: tl.constexpr,
     SLOTTED: tl.constexpr,
+    FILTERED: tl.constexpr,
     TILES_PER_SPLIT: tl.constexpr,
     BLOCK_V: tl.constexpr,
     SPLIT_BLOCK: tl.constexpr,
@@ -877,12 +941,18 @@ def block_keep_kernel(
                 request, draft_start, position, draft_slot_ptr, num_draft_rows, slot_capacity, draft_stride,
                 slot_stride, SLOTTED,
             )  # fmt: skip
+            target_threshold = tl.full([], NEG_INF, tl.float32)
+            draft_threshold = tl.full([], NEG_INF, tl.float32)
+            if FILTERED:
+                target_threshold = tl.load(row_float + ROW_FLOAT.target_threshold)
+                draft_threshold = tl.load(row_float + ROW_FLOAT.draft_threshold)
             mass = _split_block_mass(
                 target_row_ptr, target_inside, draft_ptr + tl.maximum(draft_offset, 0), draft_offset >= 0,
                 split, vocab_size, inverse_temperature(temperature),
                 tl.load(row_float + ROW_FLOAT.target_max), tl.load(row_float + ROW_FLOAT.target_log_sum),
                 tl.load(row_float + ROW_FLOAT.draft_max), tl.load(row_float + ROW_FLOAT.draft_log_sum),
-                log_weight, draft_id, HAS_DRAFT, TILES_PER_SPLIT, BLOCK_V,
+                log_weight, draft_id, target_threshold, draft_threshold, HAS_DRAFT, FILTERED, TILES_PER_SPLIT,
+                BLOCK_V,
             )  # fmt: skip
             tl.store(mass_ptr + row * num_splits + split, mass)
             # Publish the share, then count this split in; the last split of the row decides it.
@@ -953,7 +1023,8 @@ def _fast_row(in_vocab, target_inside, draft_inside, residual, target_max, draft
 @triton.jit
 def _fast_block_masses(target_row_ptr, draft_row_ptr, first, records, block_scale_ptr, block_sum_ptr, top,
                        target_max, residual_log_sum, draft_max, draft_log_sum, inv_temperature, draft_token,
-                       SPAN: tl.constexpr, RESIDUAL: tl.constexpr):  # fmt: skip
+                       target_threshold, draft_threshold, SPAN: tl.constexpr, RESIDUAL: tl.constexpr,
+                       FILTERED: tl.constexpr):  # fmt: skip
     """`sample_kernel`'s fast way (`_fast_row`) over the ``SPAN`` tokens from ``first``, a block of
     ``NOISE_GROUP`` at a time: each block's mass recorded as ``(top, sum)`` of its `_fast_weights`,
     or ``(-inf, 0)`` where the sum is 0 (`_emit_token` then tells a row without mass from one whose
@@ -965,27 +1036,28 @@ def _fast_block_masses(target_row_ptr, draft_row_ptr, first, records, block_scal
     if SPAN < NOISE_GROUP:
         _fast_block_mass(
             target_row_ptr, draft_row_ptr, first, 0, records, block_scale_ptr, block_sum_ptr, top,
-            target_max, residual_log_sum, draft_max, draft_log_sum, inv_temperature, draft_token, SPAN,
-            RESIDUAL,
+            target_max, residual_log_sum, draft_max, draft_log_sum, inv_temperature, draft_token,
+            target_threshold, draft_threshold, SPAN, RESIDUAL, FILTERED,
         )  # fmt: skip
     else:
         for group in range(0, SPAN, NOISE_GROUP):
             _fast_block_mass(
                 target_row_ptr, draft_row_ptr, first, group, records, block_scale_ptr, block_sum_ptr, top,
                 target_max, residual_log_sum, draft_max, draft_log_sum, inv_temperature, draft_token,
-                NOISE_GROUP, RESIDUAL,
+                target_threshold, draft_threshold, NOISE_GROUP, RESIDUAL, FILTERED,
             )  # fmt: skip
 
 
 @triton.jit
 def _fast_block_mass(target_row_ptr, draft_row_ptr, first, group, records, block_scale_ptr, block_sum_ptr,
                      top, target_max, residual_log_sum, draft_max, draft_log_sum, inv_temperature,
-                     draft_token, WIDTH: tl.constexpr, RESIDUAL: tl.constexpr):  # fmt: skip
+                     draft_token, target_threshold, draft_threshold, WIDTH: tl.constexpr,
+                     RESIDUAL: tl.constexpr, FILTERED: tl.constexpr):  # fmt: skip
     """One block of `_fast_block_masses`: the ``WIDTH`` tokens from ``first + group``, every one inside
     the row, recorded at the block ``group // NOISE_GROUP`` of ``records``."""
     tokens = first + group + tl.arange(0, WIDTH)
-    x = tl.load(target_row_ptr + tokens)
-    y = tl.load(draft_row_ptr + tokens) if RESIDUAL else x
+    x = kept_logit(tl.load(target_row_ptr + tokens), target_threshold, FILTERED)
+    y = kept_logit(tl.load(draft_row_ptr + tokens), draft_threshold, FILTERED) if RESIDUAL else x
     weights = _fast_weights(
         x, y, target_max, residual_log_sum, draft_max, draft_log_sum, inv_temperature, tokens,
         draft_token, RESIDUAL,
@@ -1005,10 +1077,11 @@ def _row_offset(offset, ROW_ALIGN: tl.constexpr):
 
 
 @triton.jit
-def _final_row(info_int, info_float, mode):
+def _final_row(info_int, info_float, mode, FILTERED: tl.constexpr):
     """What `sample_kernel` recorded of a request's final row: ``(target offset, draft offset, the
     excluded draft token, residual or not, (target max, target log-sum, the residual's log-sum,
-    draft max, draft log-sum))``; the draft fields only in residual mode."""
+    draft max, draft log-sum), (target threshold, draft threshold))``; the draft fields only in
+    residual mode, the thresholds ``-inf`` unless ``FILTERED``."""
     residual = mode == SAMPLE_RESIDUAL
     target_log_sum = tl.load(info_float + INFO_FLOAT.target_log_sum)
     # The residual's p is weighted (block verification's w_m, else 1): log(w p) = e - (log_sum - log w).
@@ -1022,18 +1095,27 @@ def _final_row(info_int, info_float, mode):
     )
     target_offset = tl.load(info_int + INFO_INT.target_offset)
     draft_offset = tl.load(info_int + INFO_INT.draft_offset, mask=residual, other=-1)
-    return target_offset, draft_offset, tl.load(info_int + INFO_INT.draft_token), residual, laws
+    thresholds = (tl.full([], NEG_INF, tl.float32), tl.full([], NEG_INF, tl.float32))
+    if FILTERED:
+        thresholds = (
+            tl.load(info_float + INFO_FLOAT.target_threshold),
+            tl.load(info_float + INFO_FLOAT.draft_threshold),
+        )
+    return target_offset, draft_offset, tl.load(info_int + INFO_INT.draft_token), residual, laws, thresholds
 
 
 @triton.jit
 def _final_block(target_row_ptr, draft_row_ptr, target_inside, draft_inside, block, vocab_size, draft_token,
-                 target_max, law_log_sum, draft_max, draft_log_sum, inv_temperature, residual):  # fmt: skip
+                 target_max, law_log_sum, draft_max, draft_log_sum, inv_temperature, residual, thresholds,
+                 FILTERED: tl.constexpr):  # fmt: skip
     """Block ``block`` of a final row under its law: ``(tokens, target logits, log p, fraction, has mass)``
     (`law_weights`), the emit step's read of one block."""
     tokens = block * NOISE_GROUP + tl.arange(0, NOISE_GROUP)
     in_vocab = tokens < vocab_size
     x = tl.load(target_row_ptr + tokens, mask=in_vocab & target_inside, other=NEG_INF)
     y = tl.load(draft_row_ptr + tokens, mask=in_vocab & residual & draft_inside, other=NEG_INF)
+    x = kept_logit(x, thresholds[0], FILTERED)
+    y = kept_logit(y, thresholds[1], FILTERED)
     log_p, fraction, has_mass = law_weights(
         x, y, target_max, law_log_sum, draft_max, draft_log_sum, inv_temperature, tokens, vocab_size,
         draft_token, residual,
@@ -1044,7 +1126,8 @@ def _final_block(target_row_ptr, draft_row_ptr, target_inside, draft_inside, blo
 @triton.jit
 def _row_block_masses(target_row_ptr, draft_row_ptr, target_inside, draft_inside, scale, total, num_blocks,
                       vocab_size, draft_token, target_max, law_log_sum, draft_max, draft_log_sum,
-                      inv_temperature, residual, NUM_BLOCKS: tl.constexpr):  # fmt: skip
+                      inv_temperature, residual, thresholds, NUM_BLOCKS: tl.constexpr,
+                      FILTERED: tl.constexpr):  # fmt: skip
     """A final row's ``[1, NUM_BLOCKS]`` block masses ``(scale, sum)`` (`block_mass`), read block by
     block in one program, each relative to its own largest weight: `_emit_token`'s slow way."""
     blocks = tl.arange(0, NUM_BLOCKS)[None, :]
@@ -1052,7 +1135,8 @@ def _row_block_masses(target_row_ptr, draft_row_ptr, target_inside, draft_inside
     while block < num_blocks:
         _, _, log_p, fraction, has_mass = _final_block(
             target_row_ptr, draft_row_ptr, target_inside, draft_inside, block, vocab_size, draft_token,
-            target_max, law_log_sum, draft_max, draft_log_sum, inv_temperature, residual,
+            target_max, law_log_sum, draft_max, draft_log_sum, inv_temperature, residual, thresholds,
+            FILTERED,
         )  # fmt: skip
         block_scale, block_total = block_mass(log_p, fraction, has_mass, 0, False)
         scale = tl.where(blocks == block, block_scale, scale)
@@ -1065,7 +1149,8 @@ def _row_block_masses(target_row_ptr, draft_row_ptr, target_inside, draft_inside
 def _emit_token(target_row_ptr, draft_row_ptr, target_inside, draft_inside, block_scale_ptr, block_sum_ptr,
                 request, num_blocks, vocab_size, mode, draft_token, target_max, target_log_sum,
                 residual_log_sum, draft_max, draft_log_sum, inv_temperature, seed, step, position, out,
-                token_ids_ptr, logprobs_ptr, NUM_BLOCKS: tl.constexpr):  # fmt: skip
+                token_ids_ptr, logprobs_ptr, thresholds, NUM_BLOCKS: tl.constexpr,
+                FILTERED: tl.constexpr):  # fmt: skip
     """Draw a final row's token from its block masses, and write it and its logprob at ``out``.
 
     The block is the one whose cumulative mass first exceeds ``u`` times the row's (``u`` the row's
@@ -1087,7 +1172,7 @@ def _emit_token(target_row_ptr, draft_row_ptr, target_inside, draft_inside, bloc
         scale, total = _row_block_masses(
             target_row_ptr, draft_row_ptr, target_inside, draft_inside, scale, total, num_blocks,
             vocab_size, draft_token, target_max, law_log_sum, draft_max, draft_log_sum, inv_temperature,
-            residual, NUM_BLOCKS,
+            residual, thresholds, NUM_BLOCKS, FILTERED,
         )  # fmt: skip
         if tl.max(tl.max(scale, axis=1), axis=0) == NEG_INF:
             # The residual has no mass: the target law, as the specification says.
@@ -1097,13 +1182,13 @@ def _emit_token(target_row_ptr, draft_row_ptr, target_inside, draft_inside, bloc
             scale, total = _row_block_masses(
                 target_row_ptr, draft_row_ptr, target_inside, draft_inside, scale, total, num_blocks,
                 vocab_size, draft_token, target_max, law_log_sum, draft_max, draft_log_sum,
-                inv_temperature, residual, NUM_BLOCKS,
+                inv_temperature, residual, thresholds, NUM_BLOCKS, FILTERED,
             )  # fmt: skip
     u = block_uniform(seed, step, position)
     block = tl.sum(tl.reshape(pick_block(scale, total, u, NUM_BLOCKS), (1,)), axis=0)
     tokens, x, log_p, fraction, has_mass = _final_block(
         target_row_ptr, draft_row_ptr, target_inside, draft_inside, block, vocab_size, draft_token,
-        target_max, law_log_sum, draft_max, draft_log_sum, inv_temperature, residual,
+        target_max, law_log_sum, draft_max, draft_log_sum, inv_temperature, residual, thresholds, FILTERED,
     )  # fmt: skip
     noise = noise_tile(seed, step, position, block * NOISE_GROUP)
     keys = block_keys(log_p, fraction, has_mass, noise, residual)
@@ -1180,7 +1265,8 @@ def sample_kernel(target_ptr, draft_ptr, draft_ids_ptr, cu_ptr, temperature_ptr,
                   geometry_ptr, token_ids_ptr, logprobs_ptr, num_emitted_ptr, target_stride, draft_stride,
                   slot_stride, vocab_size, max_num_drafts, METHOD: tl.constexpr, HAS_DRAFT: tl.constexpr,
                   SLOTTED: tl.constexpr, POS_BLOCK: tl.constexpr, TILES_PER_SPLIT: tl.constexpr,
-                  BLOCK_V: tl.constexpr, ROW_ALIGN: tl.constexpr, PDL: tl.constexpr):  # fmt: skip
+                  BLOCK_V: tl.constexpr, ROW_ALIGN: tl.constexpr, PDL: tl.constexpr,
+                  FILTERED: tl.constexpr):  # fmt: skip
     """Each request's final row from the row records, its outputs that need no sampling, and the
     block masses of one split of a sampled final row.
 
@@ -1273,6 +1359,15 @@ def sample_kernel(target_ptr, draft_ptr, draft_ids_ptr, cu_ptr, temperature_ptr,
             row_float_ptr + (out_row + stop) * ROW_FLOAT.SIZE, residual, (stop > 0) & is_draft, METHOD,
             HAS_DRAFT,
         )  # fmt: skip
+        target_threshold = tl.full([], NEG_INF, tl.float32)
+        draft_threshold = tl.full([], NEG_INF, tl.float32)
+        if FILTERED:
+            target_threshold = tl.load(
+                row_float_ptr + (out_row + stop) * ROW_FLOAT.SIZE + ROW_FLOAT.target_threshold
+            )
+            draft_threshold = tl.load(
+                row_float_ptr + (out_row + stop) * ROW_FLOAT.SIZE + ROW_FLOAT.draft_threshold
+            )
         if split == 0:
             tl.store(info_int + INFO_INT.position, stop)
             tl.store(info_int + INFO_INT.target_offset, target_offset)
@@ -1283,6 +1378,9 @@ def sample_kernel(target_ptr, draft_ptr, draft_ids_ptr, cu_ptr, temperature_ptr,
             tl.store(info_float + INFO_FLOAT.draft_max, draft_max)
             tl.store(info_float + INFO_FLOAT.draft_log_sum, draft_log_sum)
             tl.store(info_float + INFO_FLOAT.log_weight, log_weight)
+            if FILTERED:
+                tl.store(info_float + INFO_FLOAT.target_threshold, target_threshold)
+                tl.store(info_float + INFO_FLOAT.draft_threshold, draft_threshold)
         # The residual's p is weighted (block verification's w_m, else 1): log(w p) = e - (log_sum - log w).
         residual_log_sum = target_log_sum - tl.where(residual, log_weight, 0.0)
         target_row_ptr = target_ptr + _row_offset(target_offset, ROW_ALIGN)
@@ -1290,15 +1388,17 @@ def sample_kernel(target_ptr, draft_ptr, draft_ids_ptr, cu_ptr, temperature_ptr,
         _split_block_masses(
             target_row_ptr, draft_row_ptr, target_offset >= 0, residual & (draft_offset >= 0), work_ptr,
             geometry_ptr, request, split, vocab_size, draft_token, residual, target_max, residual_log_sum,
-            draft_max, draft_log_sum, inverse_temperature(temperature), TILES_PER_SPLIT, BLOCK_V,
+            draft_max, draft_log_sum, inverse_temperature(temperature), target_threshold, draft_threshold,
+            FILTERED, TILES_PER_SPLIT, BLOCK_V,
         )  # fmt: skip
 
 
 @triton.jit
 def _split_block_masses(target_row_ptr, draft_row_ptr, target_inside, draft_inside, work_ptr, geometry_ptr,
                         request, split, vocab_size, draft_token, residual, target_max, residual_log_sum,
-                        draft_max, draft_log_sum, inv_temperature,
-                        TILES_PER_SPLIT: tl.constexpr, BLOCK_V: tl.constexpr):  # fmt: skip
+                        draft_max, draft_log_sum, inv_temperature, target_threshold, draft_threshold,
+                        FILTERED: tl.constexpr, TILES_PER_SPLIT: tl.constexpr,
+                        BLOCK_V: tl.constexpr):  # fmt: skip
     """`sample_kernel`'s block masses of split ``split`` of a sampled final row, recorded as
     ``(scale, sum)``: the fast way where `_fast_row` allows it, else `law_weights` and
     `_row_block_mass` a block at a time."""
@@ -1319,13 +1419,13 @@ def _split_block_masses(target_row_ptr, draft_row_ptr, target_inside, draft_insi
         _fast_block_masses(
             target_row_ptr, draft_row_ptr, first, records, block_scale_ptr, block_sum_ptr, top,
             target_max, residual_log_sum, draft_max, draft_log_sum, inv_temperature, draft_token,
-            TILES_PER_SPLIT * BLOCK_V, True,
+            target_threshold, draft_threshold, TILES_PER_SPLIT * BLOCK_V, True, FILTERED,
         )  # fmt: skip
     elif fast:
         _fast_block_masses(
             target_row_ptr, draft_row_ptr, first, records, block_scale_ptr, block_sum_ptr, top,
             target_max, residual_log_sum, draft_max, draft_log_sum, inv_temperature, draft_token,
-            TILES_PER_SPLIT * BLOCK_V, False,
+            target_threshold, draft_threshold, TILES_PER_SPLIT * BLOCK_V, False, FILTERED,
         )  # fmt: skip
     else:
         for group in range(0, TILES_PER_SPLIT * BLOCK_V, NOISE_GROUP):
@@ -1333,6 +1433,8 @@ def _split_block_masses(target_row_ptr, draft_row_ptr, target_inside, draft_insi
             in_vocab = tokens < vocab_size
             x = tl.load(target_row_ptr + tokens, mask=in_vocab & target_inside, other=NEG_INF)
             y = tl.load(draft_row_ptr + tokens, mask=in_vocab & draft_inside, other=NEG_INF)
+            x = kept_logit(x, target_threshold, FILTERED)
+            y = kept_logit(y, draft_threshold, FILTERED)
             log_p, fraction, has_mass = law_weights(
                 x, y, target_max, residual_log_sum, draft_max, draft_log_sum, inv_temperature, tokens,
                 vocab_size, draft_token, residual,
@@ -1362,6 +1464,7 @@ def emit_kernel(
     NUM_BLOCKS: tl.constexpr,
     ROW_ALIGN: tl.constexpr,
     PDL: tl.constexpr,
+    FILTERED: tl.constexpr,
 ):
     """Draw each final row's token from its block masses (`_emit_token`) and write it and its logprob.
 
@@ -1385,8 +1488,8 @@ def emit_kernel(
     info_int = info_int_ptr + request.to(tl.int64) * INFO_INT.SIZE
     mode = tl.load(info_int + INFO_INT.mode)
     if mode != SAMPLE_NONE:
-        target_offset, draft_offset, draft_token, residual, laws = _final_row(
-            info_int, info_float_ptr + request.to(tl.int64) * INFO_FLOAT.SIZE, mode
+        target_offset, draft_offset, draft_token, residual, laws, thresholds = _final_row(
+            info_int, info_float_ptr + request.to(tl.int64) * INFO_FLOAT.SIZE, mode, FILTERED
         )
         target_max, target_log_sum, residual_log_sum, draft_max, draft_log_sum = laws
         position = tl.load(info_int + INFO_INT.position)
@@ -1396,7 +1499,8 @@ def emit_kernel(
             target_offset >= 0, residual & (draft_offset >= 0), block_scale_ptr, block_sum_ptr, request,
             num_blocks, vocab_size, mode, draft_token, target_max, target_log_sum, residual_log_sum,
             draft_max, draft_log_sum, inverse_temperature(temperature), seed, step, position,
-            request.to(tl.int64) * (max_num_drafts + 1) + position, token_ids_ptr, logprobs_ptr, NUM_BLOCKS,
+            request.to(tl.int64) * (max_num_drafts + 1) + position, token_ids_ptr, logprobs_ptr, thresholds,
+            NUM_BLOCKS, FILTERED,
         )  # fmt: skip
 
 

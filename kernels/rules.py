@@ -232,6 +232,17 @@ def log_prob_at(target_row_ptr, target_inside, token, row_max, log_sum, inv_temp
 
 
 @triton.jit
+def kept_logit(x, threshold, FILTERED: tl.constexpr):
+    """A loaded logit as its filtered row holds it: where ``FILTERED``, float32 and ``-inf`` below the
+    row's threshold ``t`` (NaN included: `kernels.filters.apply_thresholds` without the copy), else as
+    loaded."""
+    if FILTERED:
+        x = x.to(tl.float32)
+        x = tl.where(x >= threshold, x, NEG_INF)
+    return x
+
+
+@triton.jit
 def log_prob(logit, row_max, log_sum, inv_temperature):
     """``log p`` of a logit under the target law; ``-inf`` below float64's smallest probability."""
     value = scaled_logit(clean_logit(logit), row_max, inv_temperature) - log_sum

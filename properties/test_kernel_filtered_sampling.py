@@ -84,6 +84,85 @@ def test_filtered_sampling_is_coupled_with_the_walk(
     assert violations(batch, output) == []
 
 
+def _wide_batch(
+    method: str, layout: str, draft_filter: bool, dtype: torch.dtype, seed: int, vocab_size: int
+) -> SpecBatch:
+    """Five requests of three drafts over ``vocab_size`` tokens (several noise blocks) where filtering
+    q moves the acceptance ratios, the residuals and block verification's masses: top-k 50 and top-p
+    0.9, and min-p 0.05, with draft rows the target's plus noise and drafts their argmax; top-p 0.5
+    at T = 0.7, and top-k 50, with flat draft rows (top-k keeps a few percent of q's mass, so an
+    unfiltered q weighs as much as p' off q's kept set) and drafts partly off it; unfiltered; and two
+    of top-k 2 where q's third token is p's second: off q's kept set, an unfiltered q would take
+    about half of p's mass there, in the acceptance ratio and in the residual alike."""
+    rng = np.random.default_rng(seed)
+    settings = [
+        (dict(temperature=1.0, top_k=50, top_p=0.9), False),
+        (dict(temperature=1.0, min_p=0.05), False),
+        (dict(temperature=0.7, top_p=0.5), True),
+        (dict(temperature=1.0, top_k=50), True),
+        (dict(temperature=1.0), False),
+    ]
+    requests = []
+    a, b, c, d = 10, 20, 30, 40
+    for extra, flat in settings + [(dict(temperature=1.0, top_k=2), None)] * 2:
+        target = rng.normal(size=(4, vocab_size)) * 2.0
+        if flat is None:
+            target = np.full((4, vocab_size), -5.0)
+            target[:, [a, b]] = [4.0, 5.0]
+            draft = np.full((3, vocab_size), -5.0)
+            draft[:, [c, d, a]] = [5.0, 5.0, 4.99]
+            ids = np.asarray([a, c, b])
+        elif flat:
+            draft = rng.normal(size=(3, vocab_size)) * 0.3
+            ids = np.concatenate([draft[:1].argmax(axis=1), rng.integers(0, vocab_size, size=2)])
+        else:
+            draft = target[:3] + rng.normal(size=(3, vocab_size))
+            ids = draft.argmax(axis=1)
+        requests.append(
+            RequestData(
+                target,
+                ids,
+                None if layout == "one-hot" else draft,
+                seed=int(rng.integers(2**62)),
+                **extra,  # type: ignore[arg-type]
+            )
+        )
+    slots = [3, 0, 4, 1, 5, 7, 6] if layout == "slotted" else None
+    return make_batch(
+        requests,
+        method=method,  # type: ignore[arg-type]
+        dtype=dtype,
+        synthetic_rates=[0.7, 0.4, 0.5],
+        slots=slots,
+        num_slots=8 if slots else None,
+        draft_filter=draft_filter,
+        device=DEVICE,
+    )
+
+
+@pytest.mark.parametrize(("method", "layout", "draft_filter", "dtype"), CASES)
+@pytest.mark.parametrize(("seed", "vocab_size"), [(0, 37), (1, 2048), (2, 2500)])
+def test_the_split_plan_reads_the_rows_as_their_masked_copy(
+    method: str, layout: str, draft_filter: bool, dtype: torch.dtype, seed: int, vocab_size: int
+) -> None:
+    """The split plan reads a filtered batch's rows through their thresholds (`rules.kept_logit`):
+    token for token, count for count and logprob for logprob what it emits on the masked copy of
+    the rows (`filter_batch`), every method, layout, dtype and draft_filter. V = 37: `_batch`; V =
+    2,048 and 2,500: `_wide_batch`, whose sampling pass reads its two blocks the fast way
+    (`_fast_row`) at 2,048 and its three the general way at 2,500."""
+    if vocab_size == 37:
+        batch = _batch(method, layout, draft_filter, dtype, seed=seed)
+    else:
+        batch = _wide_batch(method, layout, draft_filter, dtype, seed, vocab_size)
+    through = rejection_sample(batch, plan="split")
+    masked = rejection_sample(filter_batch(batch, "split"), plan="split")
+    assert torch.equal(through.token_ids, masked.token_ids)
+    assert torch.equal(through.num_emitted, masked.num_emitted)
+    assert through.logprobs is not None and masked.logprobs is not None
+    assert torch.equal(through.logprobs.isnan(), masked.logprobs.isnan())
+    assert torch.equal(through.logprobs.nan_to_num(), masked.logprobs.nan_to_num())
+
+
 def test_the_filter_masks_what_the_specification_drops() -> None:
     """`filter_batch` masks exactly the tokens the specification's kept sets drop (no near pivot in
     this batch), draft rows too with draft_filter, and leaves greedy rows as they are."""
