@@ -93,7 +93,9 @@ def _wide_batch(
     at T = 0.7, and top-k 50, with flat draft rows (top-k keeps a few percent of q's mass, so an
     unfiltered q weighs as much as p' off q's kept set) and drafts partly off it; unfiltered; and two
     of top-k 2 where q's third token is p's second: off q's kept set, an unfiltered q would take
-    about half of p's mass there, in the acceptance ratio and in the residual alike."""
+    about half of p's mass there, in the acceptance ratio and in the residual alike (p's two kept
+    tokens in the first and the last noise block), and the dropped tokens, the rest of both rows,
+    would weigh tens of times the kept ones."""
     rng = np.random.default_rng(seed)
     settings = [
         (dict(temperature=1.0, top_k=50, top_p=0.9), False),
@@ -103,13 +105,13 @@ def _wide_batch(
         (dict(temperature=1.0), False),
     ]
     requests = []
-    a, b, c, d = 10, 20, 30, 40
+    a, b, c, d = 10, vocab_size - 5, 30, 40
     for extra, flat in settings + [(dict(temperature=1.0, top_k=2), None)] * 2:
         target = rng.normal(size=(4, vocab_size)) * 2.0
         if flat is None:
-            target = np.full((4, vocab_size), -5.0)
+            target = np.full((4, vocab_size), 1.0)
             target[:, [a, b]] = [4.0, 5.0]
-            draft = np.full((3, vocab_size), -5.0)
+            draft = np.full((3, vocab_size), 1.0)
             draft[:, [c, d, a]] = [5.0, 5.0, 4.99]
             ids = np.asarray([a, c, b])
         elif flat:
