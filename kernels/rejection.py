@@ -59,7 +59,7 @@ from specsample.kernels import launch, rows_kernels
 from specsample.kernels import rejection_kernels as jit
 from specsample.kernels.filters import apply_thresholds, filter_thresholds
 from specsample.kernels.records import GEOMETRY, SPLIT, WORKSPACE
-from specsample.kernels.rules import NOISE_GROUP
+from specsample.kernels.rules import ALL_ROWS, NOISE_GROUP, TARGET_ROWS
 from specsample.reference.contract import Capabilities, SpecBatch, SpecOutput, validate_batch
 from specsample.reference.filters import FILTER_FLAGS, FILTERS
 from specsample.reference.methods import METHODS
@@ -202,7 +202,7 @@ class WorkRecord:
 # ones its parameters name.
 INPUT_BUFFERS = (
     "target_ptr", "draft_ptr", "draft_ids_ptr", "cu_ptr", "temperature_ptr", "seed_ptr", "step_ptr",
-    "draft_slot_ptr", "rates_ptr", "threshold_ptr", "draft_threshold_ptr",
+    "draft_slot_ptr", "rates_ptr", "threshold_ptr",
 )  # fmt: skip
 RECORD_BUFFERS = tuple(f"{work.name}_ptr" for work in WORKSPACE if work.pointer)
 OUTPUT_BUFFERS = ("token_ids_ptr", "logprobs_ptr", "num_emitted_ptr", "accepted_nodes_ptr")
@@ -309,6 +309,7 @@ def _read_bounds(batch: SpecBatch, num_draft_rows: int, slot_capacity: int) -> d
         num_requests=batch.num_requests,
         max_num_drafts=batch.resolved_max_num_drafts(),
         vocab_size=batch.vocab_size,
+        num_splits=vocab_layout(batch.vocab_size).num_splits,
     )
 
 
@@ -323,9 +324,9 @@ def programmatic_launch(device: torch.device) -> bool:
     return torch.cuda.get_device_capability(device)[0] >= 9
 
 
-def make_plan(batch: SpecBatch, filtered: bool = False) -> Plan:
-    """The `Plan` of a validated batch; ``filtered``: its rows are read through per-row thresholds
-    (`split_filters`), as the masked rows would be."""
+def make_plan(batch: SpecBatch, filtered: int = 0) -> Plan:
+    """The `Plan` of a validated batch; ``filtered`` (`rules.TARGET_ROWS`, `rules.ALL_ROWS`): its rows
+    are read through per-row thresholds (`split_filters`), as the masked rows would be."""
     num_requests, vocab_size = batch.num_requests, batch.vocab_size
     max_num_drafts = batch.resolved_max_num_drafts()
     width = max_num_drafts + 1
@@ -369,8 +370,8 @@ def make_plan(batch: SpecBatch, filtered: bool = False) -> Plan:
         launch.Launch.of(
             jit.row_stats_kernel, (num_requests * num_splits, width, 1),
             values=dict(
-                **strides, max_num_drafts=max_num_drafts, num_splits=num_splits, TILES_PER_SPLIT=stats_tiles,
-                BLOCK_V=stats_block, SPLIT_BLOCK=layout.split_block, POS_BLOCK=pos_block, **shared,
+                **strides, TILES_PER_SPLIT=stats_tiles, BLOCK_V=stats_block, SPLIT_BLOCK=layout.split_block,
+                POS_BLOCK=pos_block, **shared,
             ),
             options=stats_options, buffers=CALL_BUFFERS,
         ),
@@ -407,9 +408,8 @@ def make_plan(batch: SpecBatch, filtered: bool = False) -> Plan:
         launch.Launch.of(
             jit.sample_kernel, (num_requests, 1 if strict else sample_splits, 1),
             values=dict(
-                **strides, max_num_drafts=max_num_drafts, POS_BLOCK=pos_block,
-                TILES_PER_SPLIT=sample_tiles // parts, BLOCK_V=sample_block, ROW_ALIGN=row_align, PDL=pdl,
-                **shared,
+                **strides, POS_BLOCK=pos_block, TILES_PER_SPLIT=sample_tiles // parts, BLOCK_V=sample_block,
+                ROW_ALIGN=row_align, PDL=pdl, **shared,
             ),
             options=dict(num_warps=sample_warps, **sample_registers, **dependent), buffers=CALL_BUFFERS,
         )
@@ -454,11 +454,9 @@ def _plan(
     )
 
 
-def _batch_tensors(
-    batch: SpecBatch, thresholds: tuple[torch.Tensor, torch.Tensor] | None = None
-) -> tuple[torch.Tensor, ...]:
+def _batch_tensors(batch: SpecBatch, thresholds: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
     """The batch's tensors as the kernels take them, in the order of `INPUT_BUFFERS` (stand-ins where
-    an input is absent: never read), then the target and draft rows' thresholds (`split_filters`)."""
+    an input is absent: never read), the rows' thresholds (`split_filters`) last."""
     target = batch.target_logits
     draft = batch.draft_logits if batch.draft_logits is not None else target
     slot = batch.draft_slot if batch.draft_slot is not None else batch.cu_num_drafts
@@ -466,10 +464,10 @@ def _batch_tensors(
     # A tree takes no rates: its parents travel in their place (`rates_ptr`).
     if batch.tree_parent is not None:
         rates = batch.tree_parent
-    target_t, draft_t = (batch.temperature, batch.temperature) if thresholds is None else thresholds
     return (
         target, draft, batch.draft_token_ids, batch.cu_num_drafts, batch.temperature, batch.seed,
-        batch.step, slot, rates if rates is not None else batch.temperature, target_t, draft_t,
+        batch.step, slot, rates if rates is not None else batch.temperature,
+        batch.temperature if thresholds is None else thresholds,
     )  # fmt: skip
 
 
@@ -507,7 +505,7 @@ def _output(outputs: tuple[torch.Tensor, ...], tree: bool) -> SpecOutput:
 
 
 def _compile_and_run(
-    batch: SpecBatch, plan: Plan, thresholds: tuple[torch.Tensor, torch.Tensor] | None = None
+    batch: SpecBatch, plan: Plan, thresholds: torch.Tensor | None = None
 ) -> tuple[SpecOutput, list[launch.CachedLaunch]]:
     """Launch through Triton's dispatch (which compiles, or loads from its cache) with tensors.
 
@@ -593,7 +591,7 @@ _cache = launch.PlanCache(size=1024)
 
 
 def _plan_key(
-    batch: SpecBatch, device_index: int, tensors: tuple[torch.Tensor, ...], filtered: bool = False
+    batch: SpecBatch, device_index: int, tensors: tuple[torch.Tensor, ...], filtered: int = 0
 ) -> tuple[Any, ...]:
     """What a call's kernels depend on besides addresses and values: shapes, strides, dtypes, the
     method, the current device, whether rows are read through thresholds, and which inputs are
@@ -670,12 +668,11 @@ def rejection_sample(
             f"method is {batch.method!r}; the kernels have a branch for {', '.join(KERNEL_METHODS)} only"
         )
     plan = launch_plan(batch.device, plan)
-    thresholds = None
+    thresholds, filtered = None, 0
     if plan == "rows":
         batch = filter_batch(batch, plan)
     else:
-        batch, thresholds = split_filters(batch)
-    filtered = thresholds is not None
+        batch, thresholds, filtered = split_filters(batch)
     if batch.max_num_drafts is None:
         # The one read of cu_num_drafts, checked whatever check_values says: it sizes the output.
         batch = dataclasses.replace(batch, max_num_drafts=batch.resolved_max_num_drafts())
@@ -759,21 +756,18 @@ def filter_batch(batch: SpecBatch, plan: str | None = None) -> SpecBatch:
     return _unfiltered(batch, target_logits=target, draft_logits=draft)
 
 
-def split_filters(batch: SpecBatch) -> tuple[SpecBatch, tuple[torch.Tensor, torch.Tensor] | None]:
-    """The split plan's filtered call: ``batch`` without its sampling parameters, and each target
-    row's and draft row's threshold (``-inf`` for draft rows without ``draft_filter``), through
-    which the kernels read the rows (`rules.kept_logit`) where the rows plan reads a masked copy;
-    ``None`` without parameters."""
+def split_filters(batch: SpecBatch) -> tuple[SpecBatch, torch.Tensor | None, int]:
+    """The split plan's filtered call: ``batch`` without its sampling parameters; the thresholds
+    through which the kernels read the rows (`rules.kept_logit`) where the rows plan reads a masked
+    copy: each target row's, then with ``draft_filter`` each draft row's (`_row_thresholds`); and
+    which rows are read through them (the kernels' ``FILTERED``: `rules.TARGET_ROWS` or
+    `rules.ALL_ROWS`). ``(batch, None, 0)`` without parameters."""
     if not batch.filtered:
-        return (dataclasses.replace(batch, draft_filter=False) if batch.draft_filter else batch), None
+        return (dataclasses.replace(batch, draft_filter=False) if batch.draft_filter else batch), None, 0
     target_t, draft_t = _row_thresholds(batch, "split")
     if draft_t is None:
-        draft = batch.draft_logits
-        rows = (
-            0 if draft is None else (draft.shape[0] if draft.dim() == 2 else draft.shape[0] * draft.shape[1])
-        )
-        draft_t = torch.full((rows,), float("-inf"), dtype=torch.float32, device=batch.device)
-    return _unfiltered(batch), (target_t, draft_t)
+        return _unfiltered(batch), target_t, TARGET_ROWS.value
+    return _unfiltered(batch), torch.cat((target_t, draft_t)), ALL_ROWS.value
 
 
 # Whether the sampler declares the sampling parameters (`TritonRejectionSampler`): unset or anything but

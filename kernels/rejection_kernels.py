@@ -55,6 +55,7 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from specsample.kernels.records import GEOMETRY, INFO_FLOAT, INFO_INT, ROW_FLOAT, ROW_INT, SPLIT
 from specsample.kernels.rules import (
+    ALL_ROWS,
     BLOCK,
     NEG_INF,
     NO_SPLIT,
@@ -232,7 +233,7 @@ def _split_moments(
         x = clean_logit(kept_logit(x, target_threshold, FILTERED))
         if PAIR:
             y = tl.load(draft_row_ptr + tokens, mask=in_vocab & draft_inside, other=NEG_INF)
-            y = clean_logit(kept_logit(y, draft_threshold, FILTERED))
+            y = clean_logit(kept_logit(y, draft_threshold, FILTERED == ALL_ROWS))
             draft_max, draft_sum = _online_sum(
                 y, tl.max(y, axis=0), in_vocab, draft_max, draft_sum, inv_temperature
             )
@@ -291,7 +292,7 @@ def _split_sample_stats(row_ptr, row_inside, split, vocab_size, inv_temperature,
 
 
 # Counts that change from call to call are not specialised on, so each layout compiles once.
-@triton.jit(do_not_specialize=["max_num_drafts", "num_splits"])
+@triton.jit
 def row_stats_kernel(
     target_ptr,
     draft_ptr,
@@ -303,15 +304,12 @@ def row_stats_kernel(
     draft_slot_ptr,
     rates_ptr,
     threshold_ptr,
-    draft_threshold_ptr,
     work_ptr,
     geometry_ptr,
     target_stride,
     draft_stride,
     slot_stride,
     vocab_size,
-    max_num_drafts,
-    num_splits,
     METHOD: tl.constexpr,
     HAS_DRAFT: tl.constexpr,
     SLOTTED: tl.constexpr,
@@ -349,11 +347,10 @@ def row_stats_kernel(
         draft_slot_ptr: ``[B]`` int32/int64 slots (unused unless ``SLOTTED``).
         rates_ptr: ``[num_rates]`` fp64 synthetic conditional acceptance rates (synthetic only);
             for a tree, ``[D]`` int32/int64 each node's parent within its request.
-        threshold_ptr: ``[R]`` fp32, where ``FILTERED``: each target row's kept set is its logits
-            at or above this (`kernels.filters.filter_thresholds`; ``-inf``: every one), read as
-            the masked rows would be.
-        draft_threshold_ptr: the same for the draft rows, ``[D]`` or ``[S * K]`` (``-inf`` where
-            the drafts are not filtered).
+        threshold_ptr: where ``FILTERED``, fp32 thresholds: each target row's kept set is its logits
+            at or above its threshold (`kernels.filters.filter_thresholds`; ``-inf``: every one), read
+            as the masked rows would be; ``[R]``, and with ``FILTERED == ALL_ROWS`` (``draft_filter``)
+            the draft rows' after them, ``[R + D]`` or ``[R + S * K]``.
         work_ptr: the call's int32 workspace. This kernel writes the split records at its start
             (``SPLIT_*``), each ``[B * (max_n + 1) * num_splits]``: target max and sum (fp32) and
             first argmax (int32); draft max and sum (fp32, probabilistic); the Gumbel-max
@@ -377,11 +374,13 @@ def row_stats_kernel(
     else:
         program = tl.program_id(0)
         position = tl.program_id(1)
-    request = program // num_splits
-    split = program % num_splits
-    width = max_num_drafts + 1
     # The geometry loads go out with the request's first loads, ahead of the logits (a load
     # cannot pass a store that may alias it).
+    num_splits = geometry_field(geometry_ptr, GEOMETRY.num_splits)
+    request = program // num_splits
+    split = program % num_splits
+    width = tl.num_programs(1)
+    max_num_drafts = width - 1
     num_target_rows = geometry_field(geometry_ptr, GEOMETRY.num_target_rows)
     stop_flag_ptr = _record(work_ptr, geometry_ptr, GEOMETRY.stop_flag, tl.int32)
     counter_ptr = _record(work_ptr, geometry_ptr, GEOMETRY.counter, tl.int32)
@@ -424,8 +423,8 @@ def row_stats_kernel(
         # not counting in, so the row is never finished, and nothing reads it.
         if needed:
             _split_program(
-                target_ptr, draft_ptr, draft_ids_ptr, draft_slot_ptr, rates_ptr, threshold_ptr,
-                draft_threshold_ptr, work_ptr, geometry_ptr, counter_ptr, num_target_rows, request, split,
+                target_ptr, draft_ptr, draft_ids_ptr, draft_slot_ptr, rates_ptr, threshold_ptr, work_ptr,
+                geometry_ptr, counter_ptr, num_target_rows, request, split,
                 position, draft_start, num_drafts, temperature, seed, step, target_stride, draft_stride,
                 slot_stride, vocab_size, width, num_splits, METHOD, HAS_DRAFT, SLOTTED, FILTERED,
                 TILES_PER_SPLIT, BLOCK_V, SPLIT_BLOCK,
@@ -434,8 +433,8 @@ def row_stats_kernel(
 
 @triton.jit
 def _split_program(
-    target_ptr, draft_ptr, draft_ids_ptr, draft_slot_ptr, rates_ptr, threshold_ptr, draft_threshold_ptr,
-    work_ptr, geometry_ptr, counter_ptr, num_target_rows, request, split, position, draft_start, num_drafts,
+    target_ptr, draft_ptr, draft_ids_ptr, draft_slot_ptr, rates_ptr, threshold_ptr, work_ptr,
+    geometry_ptr, counter_ptr, num_target_rows, request, split, position, draft_start, num_drafts,
     temperature, seed, step, target_stride, draft_stride, slot_stride, vocab_size, width, num_splits,
     METHOD: tl.constexpr, HAS_DRAFT: tl.constexpr, SLOTTED: tl.constexpr, FILTERED: tl.constexpr,
     TILES_PER_SPLIT: tl.constexpr, BLOCK_V: tl.constexpr, SPLIT_BLOCK: tl.constexpr,
@@ -480,14 +479,17 @@ def _split_program(
             request, draft_start, position, draft_slot_ptr, num_draft_rows, slot_capacity, draft_stride,
             slot_stride, SLOTTED,
         )  # fmt: skip
-        if FILTERED:
-            # The draft row's index: its offset in rows (slots of K rows).
+        if FILTERED == ALL_ROWS:
+            # The draft row's index: its offset in rows (slots of K rows); its threshold follows
+            # the target rows'.
             draft_index = draft_row_offset(
                 request, draft_start, position, draft_slot_ptr, num_draft_rows, slot_capacity, 1,
                 slot_capacity, SLOTTED,
             )  # fmt: skip
             draft_threshold = tl.load(
-                draft_threshold_ptr + tl.maximum(draft_index, 0), mask=draft_index >= 0, other=NEG_INF
+                threshold_ptr + num_target_rows + tl.maximum(draft_index, 0),
+                mask=draft_index >= 0,
+                other=NEG_INF,
             )
         reads_q = sampled & is_draft
     else:
@@ -769,7 +771,7 @@ def _finish_row(
                         mask=draft_inside,
                         other=NEG_INF,
                     )
-                    draft_logit = kept_logit(draft_logit, draft_threshold, FILTERED)
+                    draft_logit = kept_logit(draft_logit, draft_threshold, FILTERED == ALL_ROWS)
                     log_q = log_prob(draft_logit, draft_max, draft_log_sum, inv_temperature)
             if METHOD == BLOCK:
                 # Decided jointly by block_keep_kernel from the ratios: no rejection here.
@@ -847,7 +849,7 @@ def _split_block_mass(
         y = x
         if HAS_DRAFT:
             y = tl.load(draft_row_ptr + tokens, mask=in_vocab & draft_inside & real, other=NEG_INF)
-            y = kept_logit(y, draft_threshold, FILTERED)
+            y = kept_logit(y, draft_threshold, FILTERED == ALL_ROWS)
         total += block_residual(
             x, y, tokens, vocab_size, target_max, target_log_sum, log_weight, draft_max, draft_log_sum,
             draft_id, inv_temperature, HAS_DRAFT,
@@ -1057,7 +1059,7 @@ def _fast_block_mass(target_row_ptr, draft_row_ptr, first, group, records, block
     the row, recorded at the block ``group // NOISE_GROUP`` of ``records``."""
     tokens = first + group + tl.arange(0, WIDTH)
     x = kept_logit(tl.load(target_row_ptr + tokens), target_threshold, FILTERED)
-    y = kept_logit(tl.load(draft_row_ptr + tokens), draft_threshold, FILTERED) if RESIDUAL else x
+    y = kept_logit(tl.load(draft_row_ptr + tokens), draft_threshold, FILTERED == ALL_ROWS) if RESIDUAL else x
     weights = _fast_weights(
         x, y, target_max, residual_log_sum, draft_max, draft_log_sum, inv_temperature, tokens,
         draft_token, RESIDUAL,
@@ -1260,10 +1262,10 @@ def _final_row_laws(row_float, residual, weighted, METHOD: tl.constexpr, HAS_DRA
     return target_max, target_log_sum, draft_max, draft_log_sum, log_weight
 
 
-@triton.jit(do_not_specialize=["max_num_drafts"])
+@triton.jit
 def sample_kernel(target_ptr, draft_ptr, draft_ids_ptr, cu_ptr, temperature_ptr, draft_slot_ptr, work_ptr,
                   geometry_ptr, token_ids_ptr, logprobs_ptr, num_emitted_ptr, target_stride, draft_stride,
-                  slot_stride, vocab_size, max_num_drafts, METHOD: tl.constexpr, HAS_DRAFT: tl.constexpr,
+                  slot_stride, vocab_size, METHOD: tl.constexpr, HAS_DRAFT: tl.constexpr,
                   SLOTTED: tl.constexpr, POS_BLOCK: tl.constexpr, TILES_PER_SPLIT: tl.constexpr,
                   BLOCK_V: tl.constexpr, ROW_ALIGN: tl.constexpr, PDL: tl.constexpr,
                   FILTERED: tl.constexpr):  # fmt: skip
@@ -1305,6 +1307,7 @@ def sample_kernel(target_ptr, draft_ptr, draft_ids_ptr, cu_ptr, temperature_ptr,
     request = tl.program_id(0)
     split = tl.program_id(1)
     # The geometry and the batch's loads go out while the previous launch finishes.
+    max_num_drafts = geometry_field(geometry_ptr, GEOMETRY.max_num_drafts)
     num_target_rows = geometry_field(geometry_ptr, GEOMETRY.num_target_rows)
     num_draft_ids = geometry_field(geometry_ptr, GEOMETRY.num_draft_ids)
     num_draft_rows = geometry_field(geometry_ptr, GEOMETRY.num_draft_rows)
@@ -1434,7 +1437,7 @@ def _split_block_masses(target_row_ptr, draft_row_ptr, target_inside, draft_insi
             x = tl.load(target_row_ptr + tokens, mask=in_vocab & target_inside, other=NEG_INF)
             y = tl.load(draft_row_ptr + tokens, mask=in_vocab & draft_inside, other=NEG_INF)
             x = kept_logit(x, target_threshold, FILTERED)
-            y = kept_logit(y, draft_threshold, FILTERED)
+            y = kept_logit(y, draft_threshold, FILTERED == ALL_ROWS)
             log_p, fraction, has_mass = law_weights(
                 x, y, target_max, residual_log_sum, draft_max, draft_log_sum, inv_temperature, tokens,
                 vocab_size, draft_token, residual,

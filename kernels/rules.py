@@ -231,6 +231,12 @@ def log_prob_at(target_row_ptr, target_inside, token, row_max, log_sum, inv_temp
     return log_prob(logit, row_max, log_sum, inv_temperature)
 
 
+# The split plan's kernels' ``FILTERED``: 0, rows are read as they are; `TARGET_ROWS`, the target rows
+# through per-row thresholds (`kept_logit`); `ALL_ROWS`, the draft rows too (``draft_filter``).
+TARGET_ROWS = tl.constexpr(1)
+ALL_ROWS = tl.constexpr(2)
+
+
 @triton.jit
 def kept_logit(x, threshold, FILTERED: tl.constexpr):
     """A loaded logit as its filtered row holds it: where ``FILTERED``, float32 and ``-inf`` below the
