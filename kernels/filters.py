@@ -10,17 +10,17 @@ order), so every pivot is a token's exact value.
 
 1. ``filter_stats_kernel`` (each chunk): the max, ``sum exp((z - max) / T)`` and least logit, and the
    max of every tile of `maxima_tile` tokens (at most `MAX_TILES` of them a row).
-2. ``filter_start_kernel`` (each row): the chunks' statistics combined in chunk order; min-p's key,
-   ``(z - max) / T >= log(min_p)`` with the cut taken in float64 (`min_p_key`); and the row's second
-   pass. Top-k: the ``k``-th largest tile maximum bounds the ``k``-th value from below (``k`` tiles
-   hold a token at or above it), so the tokens at or above it (and min-p's key) are few where the
-   logits are spread over the vocabulary. Top-p without top-k: two passes of masses above
+2. ``filter_start_kernel`` (each row): the chunks' statistics combined (`CHUNK_GROUP` at a time);
+   min-p's key, ``(z - max) / T >= log(min_p)`` with the cut taken in float64 (`min_p_key`); and the
+   row's second pass. Top-k: the ``k``-th largest tile maximum bounds the ``k``-th value from below
+   (``k`` tiles hold a token at or above it), so the tokens at or above it (and min-p's key) are few
+   where the logits are spread over the vocabulary. Top-p without top-k: two passes of masses above
    `FIRST_WAYS` values each first (3).
 3. ``filter_mass_kernel`` (each chunk, top-p rows, launched twice): ``sum exp((z - max) / T)`` above
    each of a pass's cuts. The first pass's lane 0 is the kept set's bound, whose mass is the kept
    mass (so top-p's target comes from the same sums as every mass compared with it), the others
    values evenly spaced from `_top_p_floor` to the max. The second adds the first's masses over the
-   chunks in chunk order (every program finds the same interval: the mass above its lower end at
+   chunks (`_chunks_sum`: every program finds the same interval: the mass above its lower end at
    least the target, above its upper end below it) and cuts that interval by value the same way.
 4. ``filter_compact_kernel`` (each chunk): top-p rows narrow their interval by the second pass's
    masses, added the same way; then the tokens of the row's interval are counted and their keys
@@ -117,6 +117,10 @@ FIRST_WAYS = 16
 # program. A row's program gathers the regions in [GROUP, SHARE] tiles of at most PACK_TILE keys.
 MIN_SHARE = 64
 PACK_TILE = 4096
+# A row's chunk records (statistics, masses) are combined this many chunks at a time: a small batch
+# cuts its rows into hundreds of chunks (B=1 on an H200: 845), which a chunk-by-chunk loop walks at
+# one load's latency each.
+CHUNK_GROUP = tl.constexpr(64)
 # Candidates up to this many are sorted in a tile this wide, up to the second in one that wide
 # (`_sorted`).
 SMALL_SORT = tl.constexpr(256)
@@ -498,7 +502,7 @@ def filter_start_kernel(temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, chunk_
                         row_stats_ptr, row_state_ptr, vocab_size, num_chunks, num_tiles,
                         HAS_TOP_K: tl.constexpr, HAS_TOP_P: tl.constexpr, HAS_MIN_P: tl.constexpr,
                         TILES: tl.constexpr):  # fmt: skip
-    """Grid (R,): the row's max, sum and least logit (its chunks' in chunk order), min-p's key, the
+    """Grid (R,): the row's max, sum and least logit (its chunks', `CHUNK_GROUP` at a time), min-p's key, the
     row's mode and its second pass's interval: for top-k, ``[max(min-p's key, bound), max]``, the
     bound the ``k``-th largest tile maximum (``k`` tiles hold a token at or above it, so the ``k``-th
     value is at least it); for top-p alone, the first pass's ``(min-p's key - 1, max]``."""
@@ -509,15 +513,20 @@ def filter_start_kernel(temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, chunk_
     row_sum = tl.full([], 0.0, tl.float32)
     least = tl.full([], POS_INF, tl.float32)
     stats = chunk_stats_ptr + (row * num_chunks).to(tl.int64) * 3
-    chunk = 0
-    while chunk < num_chunks:
-        chunk_max = tl.load(stats + chunk * 3)
-        new_max = tl.maximum(row_max, chunk_max)
-        chunk_sum = tl.load(stats + chunk * 3 + 1) * rescale_factor(chunk_max, new_max, inv_temperature)
-        row_sum = row_sum * rescale_factor(row_max, new_max, inv_temperature) + chunk_sum
+    chunks = tl.arange(0, CHUNK_GROUP)
+    c = 0
+    while c < num_chunks:
+        inside = c + chunks < num_chunks
+        at = stats + (c + chunks) * 3
+        chunk_max = tl.load(at, mask=inside, other=NEG_INF)
+        new_max = tl.maximum(row_max, tl.max(chunk_max, axis=0))
+        chunk_sum = tl.load(at + 1, mask=inside, other=0.0) * rescale_factor(
+            chunk_max, new_max, inv_temperature
+        )
+        row_sum = row_sum * rescale_factor(row_max, new_max, inv_temperature) + tl.sum(chunk_sum, axis=0)
         row_max = new_max
-        least = tl.minimum(least, tl.load(stats + chunk * 3 + 2))
-        chunk += 1
+        least = tl.minimum(least, tl.min(tl.load(at + 2, mask=inside, other=POS_INF), axis=0))
+        c += CHUNK_GROUP
     out = row_stats_ptr + row * STATS_FIELDS
     tl.store(out, row_max)
     tl.store(out + 1, row_sum)
@@ -579,13 +588,19 @@ def _chunk_masses(row_ptr, chunk, vocab_size, cuts, row_max, inv_temperature, BL
 
 @triton.jit
 def _chunks_sum(masses_ptr, row, num_chunks, WAYS: tl.constexpr):
-    """``[WAYS]`` a row's chunk masses added in chunk order: the same sums in every program."""
-    base = (row * num_chunks).to(tl.int64) * WAYS + tl.arange(0, WAYS)
-    masses = tl.load(masses_ptr + base)
-    c = 1
+    """``[WAYS]`` a row's chunk masses added up, `CHUNK_GROUP` chunks at a time (each group summed as a
+    tile, the groups in chunk order): the same sums in every program, and each cut's as the others'
+    (an addition of larger terms never gives a smaller sum, so the sums keep the cuts' order)."""
+    chunks = tl.arange(0, CHUNK_GROUP)
+    ways = tl.arange(0, WAYS)
+    base = masses_ptr + (row * num_chunks).to(tl.int64) * WAYS
+    masses = tl.zeros([WAYS], tl.float32)
+    c = 0
     while c < num_chunks:
-        masses += tl.load(masses_ptr + base + c * WAYS)
-        c += 1
+        inside = c + chunks < num_chunks
+        part = tl.load(base + (c + chunks)[:, None] * WAYS + ways[None, :], mask=inside[:, None], other=0.0)
+        masses += tl.sum(part, axis=0)
+        c += CHUNK_GROUP
     return masses
 
 
@@ -596,7 +611,7 @@ def filter_mass_kernel(logits_ptr, temperature_ptr, top_p_ptr, row_stats_ptr, ro
     """Grid (R, C), rows of mode top-p: each chunk's masses above a top-p pass's ``WAYS`` cuts into
     ``masses [R, C, WAYS]``. The first pass (``SECOND`` false) cuts ``(min-p's key - 1, max]``: lane 0
     its lower end, whose mass is the kept mass, the others values evenly spaced from `_top_p_floor`
-    to the max. The second adds the first's masses (``first_ptr``) over the chunks in chunk order,
+    to the max. The second adds the first's masses (``first_ptr``) over the chunks (`_chunks_sum`),
     which narrow the interval (chunk 0 records it, top-p's target and the mass above it), and cuts
     the narrowed interval by value the same way."""
     row = tl.program_id(0)
@@ -687,7 +702,7 @@ def filter_compact_kernel(logits_ptr, temperature_ptr, row_stats_ptr, row_state_
     """Grid (R, C): each chunk's share of its row's last pass. Top-k rows: the tokens of ``[lo, hi)``
     counted (into ``chunk_count [R, C]``) and compacted into the chunk's region (``regions [R, C,
     SHARE]``; `_pack` gathers them). Top-p rows: the second
-    pass's masses added over the chunks in chunk order (the same sums in every program), which
+    pass's masses added over the chunks (`_chunks_sum`: the same sums in every program), which
     narrow its interval ``(lo, hi]`` (chunk 0 records it), then its tokens counted and compacted.
     Every row that filters: the chunk's smallest logit at or above min-p's key into ``chunk_min
     [R, C]``."""
