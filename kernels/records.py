@@ -97,7 +97,6 @@ GEOMETRY = record(
     "num_requests",  # B, read by the rows plan only
     "max_num_drafts",  # max_n, read by the rows plan and the sampling pass
     "vocab_size",  # V, read by the rows plan only
-    "num_splits",  # splits per row of the statistics pass
     "info_int",
     "info_float",
     "block_scale",

@@ -309,7 +309,6 @@ def _read_bounds(batch: SpecBatch, num_draft_rows: int, slot_capacity: int) -> d
         num_requests=batch.num_requests,
         max_num_drafts=batch.resolved_max_num_drafts(),
         vocab_size=batch.vocab_size,
-        num_splits=vocab_layout(batch.vocab_size).num_splits,
     )
 
 
@@ -362,6 +361,8 @@ def make_plan(batch: SpecBatch, filtered: int = 0) -> Plan:
         vocab_size=vocab_size,
     )  # fmt: skip
     stats_block, stats_tiles = layout.tiles(STRICT_BLOCK_V if strict else STATS_BLOCK_V)
+    # row_stats_kernel counts its splits from the vocabulary and its tiles.
+    assert stats_block * stats_tiles == layout.split_size, (stats_block, stats_tiles, layout)
     pos_block = min(MAX_POS_BLOCK, _next_power_of_2(max(max_num_drafts, 1)))
     stats_options: dict[str, Any] = dict(num_warps=STRICT_WARPS if strict else STATS_WARPS)
     if batch.device.type == "cuda":

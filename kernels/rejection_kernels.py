@@ -374,13 +374,14 @@ def row_stats_kernel(
     else:
         program = tl.program_id(0)
         position = tl.program_id(1)
-    # The geometry loads go out with the request's first loads, ahead of the logits (a load
-    # cannot pass a store that may alias it).
-    num_splits = geometry_field(geometry_ptr, GEOMETRY.num_splits)
+    # A split is TILES_PER_SPLIT tiles (`make_plan`); the grid has a position for each row.
+    num_splits = tl.cdiv(vocab_size, TILES_PER_SPLIT * BLOCK_V)
     request = program // num_splits
     split = program % num_splits
     width = tl.num_programs(1)
     max_num_drafts = width - 1
+    # The geometry loads go out with the request's first loads, ahead of the logits (a load
+    # cannot pass a store that may alias it).
     num_target_rows = geometry_field(geometry_ptr, GEOMETRY.num_target_rows)
     stop_flag_ptr = _record(work_ptr, geometry_ptr, GEOMETRY.stop_flag, tl.int32)
     counter_ptr = _record(work_ptr, geometry_ptr, GEOMETRY.counter, tl.int32)

@@ -96,5 +96,5 @@ def test_every_record_pointer_is_a_kernel_parameter() -> None:
     }  # fmt: skip
     assert set(rejection.RECORD_BUFFERS) <= parameters
     counts = {"num_target_rows", "num_draft_ids", "num_draft_rows", "slot_capacity", "num_rates"}
-    counts |= {"num_requests", "max_num_drafts", "vocab_size", "num_splits"}
+    counts |= {"num_requests", "max_num_drafts", "vocab_size"}
     assert set(records.GEOMETRY.FIELDS) - counts <= {work.name for work in records.WORKSPACE}
