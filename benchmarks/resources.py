@@ -1,0 +1,208 @@
+"""The split plan's kernels compiled for sm_90 without a GPU: registers, stack and spills per kernel.
+
+    python -m benchmarks.resources           # compare with benchmarks/baselines/sm90_resources.json
+    python -m benchmarks.resources --save    # record it after a deliberate change
+
+A kernel that spills to local memory is slower, and a GPU is not always at hand to time it (CI has
+none). Triton's own ``ptxas`` compiles a kernel for a GPU it does not see, so the spills are visible
+here: each case's plan (`kernels.rejection.make_plan`) is compiled for sm_90 with the launch options
+and the integer and pointer specialisations a CUDA call would get (16-byte aligned buffers, integers
+divisible by 16 where they are), and ``cuobjdump``/``nvdisasm`` read the registers, the stack and
+the local loads and stores of each kernel. The check fails when a kernel's stack or local accesses
+grow over the baseline: one such change (a 64-bit division in the statistics pass's first lines)
+spilled strict's statistics pass (136 bytes of stack, 34 local loads) and cost 20 % on an H200.
+Timing stays the GPU's job (`benchmarks.gate`); this says only where to look before a GPU is lent.
+
+Run it with ``TRITON_INTERPRET`` unset or ``0``: it needs Triton's compiler, not its interpreter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from specsample.benchmarks.grid import Case, make_inputs
+from specsample.kernels import rejection, rejection_kernels
+
+BASELINE = Path(__file__).parent / "baselines" / "sm90_resources.json"
+# The shapes whose statistics passes differ most (strict's sample draw, a tree's tickets, block's
+# keep pass; the rows read through thresholds, `kernels.rules.TARGET_ROWS` and `ALL_ROWS`), small
+# enough to build on a CPU: each case's `Case` and the plan's ``filtered``.
+CASES = {
+    "strict B=64 n=4": (Case("strict", "fp32", "flat", 1.0, 64, 4, 128256), 0),
+    "probabilistic B=64 n=4": (Case("probabilistic", "fp32", "flat", 1.0, 64, 4, 128256), 0),
+    "block B=64 n=4": (Case("block", "fp32", "flat", 1.0, 64, 4, 128256), 0),
+    "tree B=16 n=64": (Case("tree", "fp32", "one-hot", 1.0, 16, 64, 128256, depth=8), 0),
+    "probabilistic B=64 n=4, filtered": (Case("probabilistic", "fp32", "flat", 1.0, 64, 4, 128256), 1),
+    "block B=64 n=4, draft_filter": (Case("block", "fp32", "flat", 1.0, 64, 4, 128256), 2),
+}
+POINTER_TYPES = {
+    torch.float32: "*fp32",
+    torch.float16: "*fp16",
+    torch.bfloat16: "*bf16",
+    torch.float64: "*fp64",
+    torch.int32: "*i32",
+    torch.int64: "*i64",
+}
+# The output buffers (`rejection.OUTPUT_BUFFERS`) and the call's own records.
+OTHER_POINTERS = {
+    "token_ids_ptr": "*i64",
+    "logprobs_ptr": "*fp32",
+    "num_emitted_ptr": "*i32",
+    "accepted_nodes_ptr": "*i32",
+    "work_ptr": "*i32",
+    "geometry_ptr": "*i64",
+}
+FIELDS = ("registers", "stack", "local_accesses")
+
+
+@dataclasses.dataclass(frozen=True)
+class Resources:
+    """What ``ptxas`` gave one kernel: registers per thread, stack bytes, local loads and stores."""
+
+    registers: int
+    stack: int
+    local_accesses: int
+
+
+def _tools() -> Path:
+    """The folder of Triton's bundled CUDA tools (``ptxas``, ``cuobjdump``, ``nvdisasm``)."""
+    import triton.backends.nvidia as nvidia
+
+    return Path(nvidia.__file__).parent / "bin"
+
+
+def _signature(item: Any, buffers: dict[str, torch.Tensor], records: dict[str, torch.dtype]) -> tuple:
+    """``(signature, constexprs, attributes)`` of a launch as `triton.compile` takes them."""
+    kernel = item.kernel
+    unspecialised = {
+        kernel.arg_names[x] if isinstance(x, int) else x for x in (kernel.do_not_specialize or ())
+    }
+    signature: dict[str, str] = {}
+    constexprs: dict[str, Any] = {}
+    attributes: dict[tuple[int], list[list[Any]]] = {}
+    for i, (name, parameter) in enumerate(zip(kernel.arg_names, kernel.params, strict=True)):
+        value = item.template[i]
+        if parameter.is_constexpr:
+            signature[name] = "constexpr"
+            constexprs[name] = value
+            continue
+        if name in buffers:
+            signature[name] = POINTER_TYPES[buffers[name].dtype]
+        elif name in records:
+            signature[name] = POINTER_TYPES[records[name]]
+        elif name in OTHER_POINTERS:
+            signature[name] = OTHER_POINTERS[name]
+        else:
+            signature[name] = "i64" if abs(value) >= 2**31 else "i32"
+        pointer = signature[name].startswith("*")
+        divisible = not pointer and name not in unspecialised and value != 0 and value % 16 == 0
+        if pointer or divisible:
+            attributes[(i,)] = [["tt.divisibility", 16]]
+    return signature, constexprs, attributes
+
+
+def _read(cubin: bytes) -> Resources:
+    """Registers and stack (``cuobjdump -res-usage``) and local accesses (``nvdisasm``) of a cubin."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as handle:
+        handle.write(cubin)
+        handle.flush()
+        usage = subprocess.run(
+            [_tools() / "cuobjdump", "-res-usage", handle.name], capture_output=True, text=True, check=True
+        ).stdout
+        sass = subprocess.run(
+            [_tools() / "nvdisasm", handle.name], capture_output=True, text=True, check=True
+        ).stdout
+    match = re.search(r"REG:(\d+) STACK:(\d+)", usage)
+    if match is None:
+        raise RuntimeError(f"cuobjdump -res-usage printed no REG/STACK line: {usage!r}")
+    local = len(re.findall(r"\b(?:LDL|STL)\b", sass))
+    return Resources(int(match.group(1)), int(match.group(2)), local)
+
+
+def measure(case: Case, filtered: int = 0) -> dict[str, Resources]:
+    """Each kernel of ``case``'s split plan (``filtered`` as `kernels.rejection.make_plan` takes it)
+    compiled for sm_90: its `Resources`, by kernel name."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        raise RuntimeError("TRITON_INTERPRET is set: compiling for sm_90 needs Triton's compiler")
+    batch = make_inputs(case, torch.device("cpu"))
+    batch = dataclasses.replace(batch, max_num_drafts=batch.resolved_max_num_drafts())
+    plan = rejection.make_plan(batch, filtered)
+    buffers = dict(zip(rejection.INPUT_BUFFERS, rejection._batch_tensors(batch), strict=True))
+    records = {record.parameter: record.dtype for record in plan.records if record.parameter}
+    method = rejection.METHODS[batch.method].kernel_code
+    out = {}
+    for item in plan.launches:
+        signature, constexprs, attributes = _signature(item, buffers, records)
+        options = {key: value for key, value in item.options.items() if key == "num_warps"}
+        # The register caps a CUDA call gets (`make_plan` sets them on a GPU only).
+        if item.kernel is rejection_kernels.row_stats_kernel:
+            options["maxnreg"] = rejection.STATS_MAX_REGISTERS[method]
+        elif item.kernel is rejection_kernels.sample_kernel:
+            options["maxnreg"] = rejection.SAMPLE_MAX_REGISTERS
+        source = ASTSource(item.kernel, signature, constexprs, attributes)
+        compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
+        out[item.kernel.__name__] = _read(compiled.asm["cubin"])
+    return out
+
+
+def regressions(measured: dict[str, dict[str, Resources]], baseline: dict[str, Any]) -> list[str]:
+    """A line for each kernel whose stack or local accesses grew over ``baseline`` (or is missing
+    from it); registers are reported, not gated (a cap decides them)."""
+    lines = []
+    for case, kernels in measured.items():
+        for kernel, resources in kernels.items():
+            recorded = baseline.get(case, {}).get(kernel)
+            if recorded is None:
+                lines.append(f"{case}: {kernel} has no baseline (record one with --save)")
+                continue
+            for field in ("stack", "local_accesses"):
+                now, then = getattr(resources, field), recorded[field]
+                if now > then:
+                    lines.append(f"{case}: {kernel} {field} {then} -> {now}")
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--save", action="store_true", help=f"record {BASELINE.name}")
+    parser.add_argument("--baseline", type=Path, default=BASELINE, help="the baseline file")
+    parser.add_argument("--cases", nargs="*", choices=sorted(CASES), help="a subset of the cases")
+    args = parser.parse_args(argv)
+    names = args.cases or list(CASES)
+    measured = {name: measure(*CASES[name]) for name in names}
+    for name, kernels in measured.items():
+        for kernel, resources in kernels.items():
+            print(f"{name:34} {kernel:18} " + "  ".join(f"{f} {getattr(resources, f)}" for f in FIELDS))
+    table = {
+        name: {kernel: dataclasses.asdict(r) for kernel, r in kernels.items()}
+        for name, kernels in measured.items()
+    }
+    if args.save:
+        args.baseline.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
+        print(f"recorded {args.baseline}")
+        return 0
+    lines = regressions(measured, json.loads(args.baseline.read_text()))
+    for line in lines:
+        print(f"REGRESSED {line}", file=sys.stderr)
+    print("FAILED" if lines else "PASSED", f"({len(lines)} regressions against {args.baseline})")
+    return 1 if lines else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
