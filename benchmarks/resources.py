@@ -94,7 +94,9 @@ def _signature(item: Any, buffers: dict[str, torch.Tensor], records: dict[str, t
     attributes: dict[tuple[int], list[list[Any]]] = {}
     for i, (name, parameter) in enumerate(zip(kernel.arg_names, kernel.params, strict=True)):
         value = item.template[i]
-        if parameter.is_constexpr:
+        # Triton makes an integer of 1 a constant, unless told not to specialise it.
+        one = type(value) is int and value == 1 and name not in unspecialised
+        if parameter.is_constexpr or one:
             signature[name] = "constexpr"
             constexprs[name] = value
             continue
