@@ -8,7 +8,9 @@ none). Triton's own ``ptxas`` compiles a kernel for a GPU it does not see, so th
 here: each case's plan (`kernels.rejection.make_plan`) is compiled for sm_90 with the launch options
 and the integer and pointer specialisations a CUDA call would get (16-byte aligned buffers, integers
 divisible by 16 where they are), and ``cuobjdump``/``nvdisasm`` read the registers, the stack and
-the local loads and stores of each kernel. The check fails when a kernel's stack or local accesses
+the local loads and stores of each kernel; the filters' launches of a filtered call likewise
+(`measure_filters`: the call made on meta-device tensors, its launches recorded, not run, with the
+chunks an H100 or H200 would cut). The check fails when a kernel's stack or local accesses
 grow over the baseline: one such change (a 64-bit division in the statistics pass's first lines)
 spilled strict's statistics pass (136 bytes of stack, 34 local loads) and cost 20 % on an H200.
 Timing stays the GPU's job (`benchmarks.gate`); this says only where to look before a GPU is lent.
@@ -33,7 +35,7 @@ from typing import Any
 import torch
 
 from specsample.benchmarks.grid import Case, make_inputs
-from specsample.kernels import rejection, rejection_kernels
+from specsample.kernels import filters, rejection, rejection_kernels
 
 BASELINE = Path(__file__).parent / "baselines" / "sm90_resources.json"
 # The shapes whose statistics passes differ most (strict's sample draw, a tree's tickets, block's
@@ -64,6 +66,16 @@ OTHER_POINTERS = {
     "work_ptr": "*i32",
     "geometry_ptr": "*i64",
 }
+# The filters' launches (`kernels.filters.filter_thresholds`) of the target rows of a filtered call at
+# n = 4, V = 128256 (5 rows a request): which parameters, and the rows.
+FILTER_CASES = {
+    "filters B=64: top-k 50, top-p 0.9, min-p 0.05": (("top_k", "top_p", "min_p"), 320),
+    "filters B=64: top-p 0.9": (("top_p",), 320),
+    "filters B=1: top-k 50, top-p 0.9, min-p 0.05": (("top_k", "top_p", "min_p"), 5),
+}
+FILTER_VOCAB = 128256
+# An H100's and an H200's SMs: the filters cut a row into chunks by them (`filters.default_chunks`).
+SMS = 132
 FIELDS = ("registers", "stack", "local_accesses")
 
 
@@ -83,29 +95,26 @@ def _tools() -> Path:
     return Path(nvidia.__file__).parent / "bin"
 
 
-def _signature(item: Any, buffers: dict[str, torch.Tensor], records: dict[str, torch.dtype]) -> tuple:
-    """``(signature, constexprs, attributes)`` of a launch as `triton.compile` takes them."""
-    kernel = item.kernel
+def _signature(kernel: Any, values: Sequence[Any], pointers: dict[str, str]) -> tuple:
+    """``(signature, constexprs, attributes)`` of a launch of ``kernel`` with ``values`` (in parameter
+    order; tensors, or stand-ins for the parameters ``pointers`` types) as `triton.compile` takes them."""
     unspecialised = {
         kernel.arg_names[x] if isinstance(x, int) else x for x in (kernel.do_not_specialize or ())
     }
     signature: dict[str, str] = {}
     constexprs: dict[str, Any] = {}
     attributes: dict[tuple[int], list[list[Any]]] = {}
-    for i, (name, parameter) in enumerate(zip(kernel.arg_names, kernel.params, strict=True)):
-        value = item.template[i]
+    for i, (name, parameter, value) in enumerate(zip(kernel.arg_names, kernel.params, values, strict=True)):
         # Triton makes an integer of 1 a constant, unless told not to specialise it.
         one = type(value) is int and value == 1 and name not in unspecialised
         if parameter.is_constexpr or one:
             signature[name] = "constexpr"
             constexprs[name] = value
             continue
-        if name in buffers:
-            signature[name] = POINTER_TYPES[buffers[name].dtype]
-        elif name in records:
-            signature[name] = POINTER_TYPES[records[name]]
-        elif name in OTHER_POINTERS:
-            signature[name] = OTHER_POINTERS[name]
+        if isinstance(value, torch.Tensor):
+            signature[name] = POINTER_TYPES[value.dtype]
+        elif name in pointers:
+            signature[name] = pointers[name]
         else:
             signature[name] = "i64" if abs(value) >= 2**31 else "i32"
         pointer = signature[name].startswith("*")
@@ -133,33 +142,82 @@ def _read(cubin: bytes) -> Resources:
     return Resources(int(match.group(1)), int(match.group(2)), local)
 
 
-def measure(case: Case, filtered: int = 0) -> dict[str, Resources]:
-    """Each kernel of ``case``'s split plan (``filtered`` as `kernels.rejection.make_plan` takes it)
-    compiled for sm_90: its `Resources`, by kernel name."""
+def _compile(
+    kernel: Any, values: Sequence[Any], options: dict[str, Any], pointers: dict[str, str]
+) -> Resources:
+    """The `Resources` of ``kernel`` compiled for sm_90 with ``values`` and launch ``options``."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         raise RuntimeError("TRITON_INTERPRET is set: compiling for sm_90 needs Triton's compiler")
+    source = ASTSource(kernel, *_signature(kernel, values, pointers))
+    return _read(triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options).asm["cubin"])
+
+
+def measure(case: Case, filtered: int = 0) -> dict[str, Resources]:
+    """Each kernel of ``case``'s split plan (``filtered`` as `kernels.rejection.make_plan` takes it)
+    compiled for sm_90: its `Resources`, by kernel name."""
     batch = make_inputs(case, torch.device("cpu"))
     batch = dataclasses.replace(batch, max_num_drafts=batch.resolved_max_num_drafts())
     plan = rejection.make_plan(batch, filtered)
     buffers = dict(zip(rejection.INPUT_BUFFERS, rejection._batch_tensors(batch), strict=True))
-    records = {record.parameter: record.dtype for record in plan.records if record.parameter}
+    pointers = {record.parameter: POINTER_TYPES[record.dtype] for record in plan.records if record.parameter}
+    pointers.update(OTHER_POINTERS)
     method = rejection.METHODS[batch.method].kernel_code
     out = {}
     for item in plan.launches:
-        signature, constexprs, attributes = _signature(item, buffers, records)
+        values = [
+            buffers.get(name, value) for name, value in zip(item.kernel.arg_names, item.template, strict=True)
+        ]
         options = {key: value for key, value in item.options.items() if key == "num_warps"}
         # The register caps a CUDA call gets (`make_plan` sets them on a GPU only).
         if item.kernel is rejection_kernels.row_stats_kernel:
             options["maxnreg"] = rejection.STATS_MAX_REGISTERS[method]
         elif item.kernel is rejection_kernels.sample_kernel:
             options["maxnreg"] = rejection.SAMPLE_MAX_REGISTERS
-        source = ASTSource(item.kernel, signature, constexprs, attributes)
-        compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
-        out[item.kernel.__name__] = _read(compiled.asm["cubin"])
+        out[item.kernel.__name__] = _compile(item.kernel, values, options, pointers)
+    return out
+
+
+def measure_filters(params: Sequence[str], rows: int) -> dict[str, Resources]:
+    """Each launch of `kernels.filters.filter_thresholds` on ``rows`` rows of `FILTER_VOCAB` with the
+    sampling parameters ``params``, as a GPU of `SMS` SMs would make it, compiled for sm_90: its
+    `Resources`, by kernel name (a second launch of a kernel ``name#2``). The call runs on tensors
+    of the meta device (no data, and the GPU's tile sizes), its launches recorded, not run."""
+    from triton.runtime.jit import JITFunction
+
+    meta = torch.device("meta")
+    launches: list[tuple[Any, tuple[Any, ...], dict[str, Any]]] = []
+
+    def record(kernel: Any, grid: Any) -> Any:
+        return lambda *args, **kwargs: launches.append((kernel, args, kwargs))
+
+    tensors = {
+        "top_k": torch.empty(rows, dtype=torch.int32, device=meta),
+        "top_p": torch.empty(rows, device=meta),
+        "min_p": torch.empty(rows, device=meta),
+    }
+    logits = torch.empty(rows, FILTER_VOCAB, device=meta)
+    block_v = filters.default_block_v(FILTER_VOCAB)
+    chunks = filters.default_chunks_for(rows, -(-FILTER_VOCAB // block_v), SMS)
+    original = JITFunction.__getitem__
+    JITFunction.__getitem__ = record  # type: ignore[method-assign]
+    try:
+        filters.filter_thresholds(
+            logits, torch.empty(rows, device=meta), **{name: tensors[name] for name in params},
+            check_values=False, plan="split", block_v=block_v, chunks=chunks,
+        )  # fmt: skip
+    finally:
+        JITFunction.__getitem__ = original  # type: ignore[method-assign]
+    out = {}
+    for kernel, args, kwargs in launches:
+        options = {key: kwargs.pop(key) for key in ("num_warps",) if key in kwargs}
+        # The arguments after the positional ones come by name.
+        named = {**dict(zip(kernel.arg_names, args, strict=False)), **kwargs}
+        name = kernel.__name__ if kernel.__name__ not in out else f"{kernel.__name__}#2"
+        out[name] = _compile(kernel, [named[arg] for arg in kernel.arg_names], options, {})
     return out
 
 
@@ -184,10 +242,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--save", action="store_true", help=f"record {BASELINE.name}")
     parser.add_argument("--baseline", type=Path, default=BASELINE, help="the baseline file")
-    parser.add_argument("--cases", nargs="*", choices=sorted(CASES), help="a subset of the cases")
+    parser.add_argument("--cases", nargs="*", choices=sorted({*CASES, *FILTER_CASES}), help="a subset")
     args = parser.parse_args(argv)
-    names = args.cases or list(CASES)
-    measured = {name: measure(*CASES[name]) for name in names}
+    names = args.cases or [*CASES, *FILTER_CASES]
+    measured = {
+        name: measure(*CASES[name]) if name in CASES else measure_filters(*FILTER_CASES[name])
+        for name in names
+    }
     for name, kernels in measured.items():
         for kernel, resources in kernels.items():
             print(f"{name:34} {kernel:18} " + "  ".join(f"{f} {getattr(resources, f)}" for f in FIELDS))

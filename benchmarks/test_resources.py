@@ -10,9 +10,9 @@ from specsample.benchmarks.resources import Resources, regressions
 
 
 def test_the_kernels_spill_no_more_than_their_baseline() -> None:
-    """`benchmarks.resources` compiles every case's kernels (Triton's compiler, not the interpreter,
-    so in a process of its own) and finds no stack or local access over
-    benchmarks/baselines/sm90_resources.json."""
+    """`benchmarks.resources` compiles every case's kernels, the sampler's and the filters' (Triton's
+    compiler, not the interpreter, so in a process of its own) and finds no stack or local access
+    over benchmarks/baselines/sm90_resources.json."""
     env = {**os.environ, "TRITON_INTERPRET": "0"}
     run = subprocess.run(
         [sys.executable, "-m", "specsample.benchmarks.resources"], env=env, capture_output=True, text=True

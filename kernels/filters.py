@@ -949,10 +949,15 @@ PROGRAMS_PER_SM = 32
 
 def default_chunks(rows: int, tiles: int, device: torch.device) -> int:
     """Chunks a row is cut into for its first pass: on a GPU, enough that it has `PROGRAMS_PER_SM`
-    programs per SM (at most one chunk per tile); under the interpreter (CPU tensors), one."""
+    programs per SM (`default_chunks_for`); under the interpreter (CPU tensors), one."""
     if device.type != "cuda":
         return 1
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    return default_chunks_for(rows, tiles, torch.cuda.get_device_properties(device).multi_processor_count)
+
+
+def default_chunks_for(rows: int, tiles: int, sms: int) -> int:
+    """Chunks enough that ``rows`` rows have `PROGRAMS_PER_SM` programs on each of ``sms`` SMs, at
+    most one chunk per tile of ``tiles``."""
     return max(1, min(tiles, -(-PROGRAMS_PER_SM * sms // rows)))
 
 
