@@ -1297,8 +1297,8 @@ def sample_kernel(target_ptr, draft_ptr, draft_ids_ptr, cu_ptr, temperature_ptr,
         work_ptr: the call's int32 workspace: reads the request's flag (``stop_flag``) and the row
             records (`ROW_FLOAT`, `ROW_INT`); writes the final row's (`INFO_INT`, `INFO_FLOAT`) and its
             block masses (``block_scale``, ``block_sum``: ``exp(scale) * sum``, `block_mass`).
-        geometry_ptr: ``[GEOMETRY.SIZE]`` int64 geometry record: the counts that bound reads and
-            the records' offsets.
+        geometry_ptr: ``[GEOMETRY.SIZE]`` int64 geometry record: the counts that bound reads, ``max_n``
+            and the records' offsets.
         token_ids_ptr: ``[B, max_n + 1]`` int64 output.
         logprobs_ptr: ``[B, max_n + 1]`` fp32 output.
         num_emitted_ptr: ``[B]`` int32 output.
