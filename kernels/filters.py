@@ -78,6 +78,7 @@ from specsample.kernels.rules import (
     clean_logit,
     filters_row,
     inverse_temperature,
+    kept_logit,
     key_value,
     min_p_key,
     order_key,
@@ -868,8 +869,9 @@ def apply_threshold_kernel(logits_ptr, threshold_ptr, out_ptr, num_rows, logits_
     inside = (row < num_rows)[:, None] & (tokens < vocab_size)[None, :]
     x = tl.load(logits_ptr + row[:, None] * logits_stride + tokens[None, :], mask=inside, other=0.0)
     threshold = tl.load(threshold_ptr + row, mask=row < num_rows, other=NEG_INF)
-    # Exact: a kept value goes back to the dtype it came from.
-    masked = tl.where(x.to(tl.float32) >= threshold[:, None], x.to(tl.float32), NEG_INF)
+    # The split plan's loads apply the same rule (`kept_logit`). Exact: a kept value goes back to the
+    # dtype it came from.
+    masked = kept_logit(x, threshold[:, None], True)
     out = out_ptr + row[:, None] * out_stride + tokens[None, :]
     tl.store(out, masked.to(out_ptr.dtype.element_ty), mask=inside)
 
