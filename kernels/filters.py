@@ -25,7 +25,8 @@ order), so every pivot is a token's exact value.
 4. ``filter_compact_kernel`` (each chunk): top-p rows narrow their interval by the second pass's
    masses, added the same way; then the tokens of the row's interval are counted and their keys
    compacted into the chunk's own region (`_compact_chunk`: no slot is shared, so no atomic waits);
-   and each chunk's smallest logit at or above min-p's key.
+   and each chunk's smallest logit at or above min-p's key. A tile whose maxima (the first pass's)
+   lie below both bounds is not read: with top-k 50 and min-p 0.05 most are not.
 5. ``filter_select_kernel`` (each row): the chunks' candidates gathered (`_pack`); where they fit,
    they are sorted (`_sorted`) and the pivots read off: the ``k``-th largest, then top-p's over the
    renormalised kept mass by a cumulative sum largest first (`_top_p_sorted`, `_top_p_finish`).
@@ -135,7 +136,9 @@ MIN_TILE = 16
 SEARCH_PASSES = 1 + -(-32 // (WAYS.bit_length() - 1))
 # Elements of a search pass's [BLOCK_V, WAYS] tile in a row's program, at most, on a GPU.
 SEARCH_TILE = 16384
-# Elements of top-p's chunked passes' [BLOCK_V, WAYS] sums (`_chunk_masses`), at most, on a GPU.
+# Elements of top-p's chunked passes' [WAYS, BLOCK_V] sums (`_chunk_masses`), at most, on a GPU. On an
+# H200 (B = 64, n = 4, V = 128256, top-p 0.9) a pass took 151 us at 8192 (lines of 512 tokens) and 164
+# us at 16384.
 MASS_TILE = 8192
 # The tile width of a row's program's compaction, on a GPU.
 SCAN_BLOCK = 8192
@@ -149,6 +152,14 @@ def _tile(row_ptr, tile_start, end, BLOCK_V: tl.constexpr):
     """Tokens ``tile_start + [0, BLOCK_V)`` of a row below ``end``: ``(logits as float32 with NaN as
     -inf, below end)``."""
     tokens = tile_start + tl.arange(0, BLOCK_V)
+    in_vocab = tokens < end
+    return clean_logit(tl.load(row_ptr + tokens, mask=in_vocab, other=NEG_INF)), in_vocab
+
+
+@triton.jit
+def _line(row_ptr, tile_start, end, BLOCK_V: tl.constexpr):
+    """`_tile` as a ``[1, BLOCK_V]`` line, which a ``[WAYS, BLOCK_V]`` sum takes in its own layout."""
+    tokens = tile_start + tl.arange(0, BLOCK_V)[None, :]
     in_vocab = tokens < end
     return clean_logit(tl.load(row_ptr + tokens, mask=in_vocab, other=NEG_INF)), in_vocab
 
@@ -578,13 +589,18 @@ def _chunk_masses(row_ptr, chunk, vocab_size, cuts, row_max, inv_temperature, BL
 
     Every (lane, cut) pair keeps its own sum across the tiles, reduced once at the end: each cut's
     mass is a fixed sum of non-negative terms in the same order whatever the cut, so it never
-    decreases as the cut does, and the same cut gets the same mass in any lane of any pass."""
-    acc = tl.zeros([BLOCK_V, WAYS], tl.float32)
+    decreases as the cut does, and the same cut gets the same mass in any lane of any pass. A term
+    is its weight times 0 or 1, the comparison made on values: ``z > value(cut)`` is ``key(z) >
+    cut`` for every logit (NaN reads as ``-inf``), and a cut below ``-inf``'s key compares as
+    ``-inf``, which leaves out only ``-inf`` logits, of weight 0. The sums lie ``[WAYS, BLOCK_V]``,
+    so a thread holds every cut of its tokens (one compare and one fused multiply-add a pair)."""
+    values = key_value(tl.maximum(cuts, NEG_INF_KEY))
+    acc = tl.zeros([WAYS, BLOCK_V], tl.float32)
     for t in range(TILES):
-        x, in_vocab = _tile(row_ptr, (chunk * TILES + t) * BLOCK_V, vocab_size, BLOCK_V)
+        x, in_vocab = _line(row_ptr, (chunk * TILES + t) * BLOCK_V, vocab_size, BLOCK_V)
         weights = _weights(x, in_vocab, row_max, inv_temperature)
-        acc += tl.where(_keys(x, in_vocab)[:, None] > cuts[None, :], weights[:, None], 0.0)
-    return tl.sum(acc, axis=0)
+        acc += weights * (x > values[:, None]).to(tl.float32)
+    return tl.sum(acc, axis=1)
 
 
 @triton.jit
@@ -646,20 +662,35 @@ def filter_mass_kernel(logits_ptr, temperature_ptr, top_p_ptr, row_stats_ptr, ro
         tl.store(masses_ptr + out, masses)
 
 
+# An order key above every float32's (NaN's keys aside): a bound no token reaches.
+ABOVE_EVERY_KEY = tl.constexpr(2**31 - 1)
+
+
 @triton.jit
-def _compact_chunk(row_ptr, out_ptr, chunk, vocab_size, lo, hi, kept_key, SHARE: tl.constexpr,
-                   BLOCK_V: tl.constexpr, TILES: tl.constexpr):  # fmt: skip
+def _compact_chunk(row_ptr, maxima_ptr, out_ptr, chunk, vocab_size, num_tiles, lo, hi, kept_key,
+                   SHARE: tl.constexpr, BLOCK_V: tl.constexpr, TILES: tl.constexpr,
+                   TILE: tl.constexpr):  # fmt: skip
     """`_compact` of a chunk (``TILES`` tiles of ``BLOCK_V``) that shares its row: how many tokens have
-    an order key in ``[lo, hi)`` (int32 bounds), their keys in token order into the chunk's own
-    region ``out_ptr[0:SHARE]`` (those that fit: no slot is shared, so no atomic waits), and the
-    chunk's smallest logit whose key is ``>= kept_key`` (``+inf``: none)."""
+    an order key in ``[lo, hi)`` (int32 bounds; none where ``lo >= hi``), their keys in token order
+    into the chunk's own region ``out_ptr[0:SHARE]`` (those that fit: no slot is shared, so no atomic
+    waits), and the chunk's smallest logit whose key is ``>= kept_key`` (``+inf``: none).
+
+    The row's maxima (``maxima_ptr``: one a ``TILE`` tokens, `filter_stats_kernel`'s) say which tiles
+    can hold such a token: a tile whose maxima are all below ``lo`` (or the interval is empty) and
+    below ``kept_key`` is not read, which leaves the count and the smallest logit as they were."""
     n = tl.full([], 0, tl.int32)
     smallest = tl.full([BLOCK_V], POS_INF, tl.float32)
+    lines = tl.arange(0, BLOCK_V // TILE)
+    least_key = tl.minimum(tl.where(lo < hi, lo, ABOVE_EVERY_KEY), kept_key)
     for t in range(TILES):
-        x, in_vocab = _tile(row_ptr, (chunk * TILES + t) * BLOCK_V, vocab_size, BLOCK_V)
-        keys = _keys(x, in_vocab)
-        smallest = tl.minimum(smallest, tl.where(keys >= kept_key, x, POS_INF))
-        n = _compact_tile(out_ptr, keys, lo, hi, n, SHARE)
+        tile_start = (chunk * TILES + t) * BLOCK_V
+        tiles = tile_start // TILE + lines
+        maxima = tl.load(maxima_ptr + tiles, mask=tiles < num_tiles, other=NEG_INF)
+        if tl.max(order_key(maxima), axis=0) >= least_key:
+            x, in_vocab = _tile(row_ptr, tile_start, vocab_size, BLOCK_V)
+            keys = _keys(x, in_vocab)
+            smallest = tl.minimum(smallest, tl.where(keys >= kept_key, x, POS_INF))
+            n = _compact_tile(out_ptr, keys, lo, hi, n, SHARE)
     return n, tl.min(smallest, axis=0)
 
 
@@ -696,10 +727,11 @@ def _pack(regions_ptr, counts_ptr, out_ptr, num_chunks, capacity, SHARE: tl.cons
 
 
 @triton.jit(do_not_specialize=["num_chunks", "capacity"])
-def filter_compact_kernel(logits_ptr, temperature_ptr, row_stats_ptr, row_state_ptr, masses_ptr,
-                          regions_ptr, chunk_count_ptr, chunk_min_ptr, logits_stride, vocab_size, num_chunks,
-                          WAYS: tl.constexpr, BLOCK_V: tl.constexpr, TILES: tl.constexpr,
-                          SHARE: tl.constexpr):  # fmt: skip
+def filter_compact_kernel(logits_ptr, temperature_ptr, chunk_stats_ptr, tile_max_ptr, row_stats_ptr,
+                          row_state_ptr, masses_ptr, regions_ptr, chunk_count_ptr, chunk_min_ptr,
+                          logits_stride, vocab_size, num_chunks, num_tiles, WAYS: tl.constexpr,
+                          BLOCK_V: tl.constexpr, TILES: tl.constexpr, SHARE: tl.constexpr,
+                          TILE: tl.constexpr):  # fmt: skip
     """Grid (R, C): each chunk's share of its row's last pass. Top-k rows: the tokens of ``[lo, hi)``
     counted (into ``chunk_count [R, C]``) and compacted into the chunk's region (``regions [R, C,
     SHARE]``; `_pack` gathers them). Top-p rows: the second
@@ -742,10 +774,16 @@ def filter_compact_kernel(logits_ptr, temperature_ptr, row_stats_ptr, row_state_
         # smallest logit at or above min-p's key.
         lo = tl.where(compacting, lo, 0)
         hi = tl.where(compacting, hi, 0)
+        kept_key = tl.load(state + STATE_KEPT)
+        kept_key = tl.where(kept_key > NEG_INF_KEY, kept_key, ABOVE_EVERY_KEY)
+        # Without min-p's key, the chunk's smallest logit at or above it is its least (its statistics').
+        least = tl.load(chunk_stats_ptr + (row * num_chunks + chunk).to(tl.int64) * 3 + 2)
         count, smallest = _compact_chunk(
-            row_ptr, regions_ptr + (row * num_chunks + chunk).to(tl.int64) * SHARE, chunk, vocab_size,
-            lo.to(tl.int32), hi.to(tl.int32), tl.load(state + STATE_KEPT).to(tl.int32), SHARE, BLOCK_V, TILES,
+            row_ptr, tile_max_ptr + row.to(tl.int64) * num_tiles,
+            regions_ptr + (row * num_chunks + chunk).to(tl.int64) * SHARE, chunk, vocab_size, num_tiles,
+            lo.to(tl.int32), hi.to(tl.int32), kept_key.to(tl.int32), SHARE, BLOCK_V, TILES, TILE,
         )  # fmt: skip
+        smallest = tl.where(kept_key < ABOVE_EVERY_KEY, smallest, least)
         tl.store(chunk_min_ptr + row * num_chunks + chunk, smallest)
     tl.store(chunk_count_ptr + row * num_chunks + chunk, count)
 
@@ -1111,7 +1149,7 @@ def filter_thresholds(
         torch.empty((rows, num_chunks, first_ways) if has_top_p else (0,), dtype=torch.float32, device=device)
         for _ in range(2)
     ]
-    # Top-p's passes hold a [BLOCK_V, ways] sum a program: at most MASS_TILE elements on a GPU.
+    # Top-p's passes hold a [ways, BLOCK_V] sum a program: at most MASS_TILE elements on a GPU.
     mass_block = block_v if device.type == "cpu" else min(block_v, max(MIN_BLOCK_V, MASS_TILE // first_ways))
     block_capacity = max(MIN_BLOCK_V, int(triton.next_power_of_2(max(capacity, 1))))
     searches = has_top_k or has_top_p
@@ -1153,9 +1191,9 @@ def filter_thresholds(
                     TILES=tiles_per_chunk * block_v // mass_block, num_warps=SELECT_WARPS,
                 )  # fmt: skip
         filter_compact_kernel[grid](
-            logits, temperature, row_stats, row_state, masses[1], regions, chunk_count, chunk_min,
-            stride, vocab_size, num_chunks,
-            WAYS=first_ways, BLOCK_V=block_v, TILES=tiles_per_chunk, SHARE=share,
+            logits, temperature, chunk_stats, tile_max, row_stats, row_state, masses[1], regions, chunk_count,
+            chunk_min, stride, vocab_size, num_chunks, num_tiles,
+            WAYS=first_ways, BLOCK_V=block_v, TILES=tiles_per_chunk, SHARE=share, TILE=tile,
         )  # fmt: skip
         filter_select_kernel[per_row](
             logits, temperature, k_ptr, p_ptr, row_stats, row_state, candidates, regions, chunk_count,
