@@ -165,6 +165,43 @@ def test_the_split_plan_reads_the_rows_as_their_masked_copy(
     assert torch.equal(through.logprobs.nan_to_num(), masked.logprobs.nan_to_num())
 
 
+def _crossed_batch(vocab_size: int, seed: int, count: int) -> SpecBatch:
+    """``count`` requests of three drafts, each the same token ``a``, under top-k 2 with draft_filter,
+    where the draft filter drops a token the target keeps: p' is ``{a: 0.38, b: 0.62}`` and q' is
+    ``{a: 0.52, c: 0.48}``, while the unfiltered draft row, over q''s normaliser, gives ``b`` 0.43.
+    Block verification's first weight is then 0.72 and its residual mass ``S = w p'(b) = 0.45``
+    (keep probability 0.62); read unfiltered, ``S = 0.02`` (0.06). ``a``, ``b`` and ``c`` lie in
+    different noise blocks."""
+    rng = np.random.default_rng(seed)
+    a, b, c = 10, vocab_size - 5, 1030
+    requests = []
+    for _ in range(count):
+        target = np.full((4, vocab_size), 1.0)
+        target[:, [a, b]] = [5.0, 5.5]
+        draft = np.full((3, vocab_size), 1.0)
+        draft[:, [a, c, b]] = [5.0, 4.9, 4.8]
+        requests.append(
+            RequestData(target, np.full(3, a), draft, seed=int(rng.integers(2**62)), temperature=1.0, top_k=2)
+        )
+    return make_batch(requests, method="block", draft_filter=True, device=DEVICE)
+
+
+def test_block_verification_reads_the_draft_rows_through_their_thresholds() -> None:
+    """Block verification's residual masses read the draft rows through their thresholds: on batches
+    whose draft filter drops a token the target keeps (`_crossed_batch`), the split plan emits what
+    it emits on the masked copy, and what the walk emits. Reading those rows unfiltered moves the
+    keep probability at each request's first draft from 0.62 to 0.06 (later drafts' weights are the
+    first's powers), which changes the emitted tokens of this batch."""
+    batch = _crossed_batch(2500, seed=5, count=8)
+    through = rejection_sample(batch, plan="split")
+    masked = rejection_sample(filter_batch(batch, "split"), plan="split")
+    assert torch.equal(through.token_ids, masked.token_ids)
+    assert torch.equal(through.num_emitted, masked.num_emitted)
+    found = agreement(batch, through)
+    assert not found.unexplained, found.unexplained
+    assert violations(batch, through) == []
+
+
 def test_the_filter_masks_what_the_specification_drops() -> None:
     """`filter_batch` masks exactly the tokens the specification's kept sets drop (no near pivot in
     this batch), draft rows too with draft_filter, and leaves greedy rows as they are."""
