@@ -32,16 +32,17 @@ from specsample.kernels.rules import (
     LOG_ZERO,
     NEG_INF,
     NEG_INF_KEY,
-    NO_KEY,
     POS_INF,
     clean_logit,
     filters_row,
     inverse_temperature,
     key_value,
+    masked_key,
     min_p_key,
     order_key,
     rescale_factor,
     scaled_logit,
+    weight,
 )
 
 
@@ -52,7 +53,7 @@ def _tile(row_ptr, live, tile_start, vocab_size, BLOCK_V: tl.constexpr):
     tokens = tile_start + tl.arange(0, BLOCK_V)
     inside = live[:, None] & (tokens < vocab_size)[None, :]
     x = clean_logit(tl.load(row_ptr[:, None] + tokens[None, :], mask=inside, other=NEG_INF))
-    return x, tl.where(inside, order_key(x), NO_KEY), inside
+    return x, masked_key(x, inside), inside
 
 
 @triton.jit
@@ -73,12 +74,6 @@ def _count_at_least(row_ptr, live, cut, first_keys, vocab_size, ONE_TILE: tl.con
 
 
 @triton.jit
-def _weights(x, inside, row_max, inv_temperature):
-    """``exp((z - max) / T)`` of a ``[ROWS, BLOCK_V]`` tile, 0 outside the vocabulary."""
-    return tl.where(inside, tl.exp(scaled_logit(x, row_max[:, None], inv_temperature[:, None])), 0.0)
-
-
-@triton.jit
 def _mass_above(row_ptr, live, cut, row_max, inv_temperature, first_keys, first_weights, vocab_size,
                 ONE_TILE: tl.constexpr, BLOCK_V: tl.constexpr):  # fmt: skip
     """``[ROWS]`` the sum of ``exp((z - max) / T)`` over each row's tokens whose order key is ``> cut``:
@@ -91,7 +86,7 @@ def _mass_above(row_ptr, live, cut, row_max, inv_temperature, first_keys, first_
         tile_start = 0
         while tile_start < vocab_size:
             x, keys, inside = _tile(row_ptr, live, tile_start, vocab_size, BLOCK_V)
-            weights = _weights(x, inside, row_max, inv_temperature)
+            weights = weight(x, inside, row_max[:, None], inv_temperature[:, None])
             mass += tl.sum(tl.where(keys.to(tl.int64) > cut[:, None], weights, 0.0), axis=1)
             tile_start += BLOCK_V
     return mass
@@ -125,13 +120,13 @@ def filter_rows_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, min_p_
     while tile_start < vocab_size:
         x, _, inside = _tile(row_ptr, live, tile_start, vocab_size, BLOCK_V)
         new_max = tl.maximum(row_max, tl.max(x, axis=1))
-        weights = tl.where(inside, tl.exp(scaled_logit(x, new_max[:, None], inv_temperature[:, None])), 0.0)
+        weights = weight(x, inside, new_max[:, None], inv_temperature[:, None])
         row_sum = row_sum * rescale_factor(row_max, new_max, inv_temperature) + tl.sum(weights, axis=1)
         row_max = new_max
         least = tl.minimum(least, tl.min(tl.where(inside, x, POS_INF), axis=1))
         tile_start += BLOCK_V
     first_x, first_keys, first_inside = _tile(row_ptr, live, 0, vocab_size, BLOCK_V)
-    first_weights = _weights(first_x, first_inside, row_max, inv_temperature)
+    first_weights = weight(first_x, first_inside, row_max[:, None], inv_temperature[:, None])
     filtering = live & filters_row(temperature, row_max)
     max_key = order_key(row_max).to(tl.int64)
     # The least key of the kept set so far: every token until a filter cuts.

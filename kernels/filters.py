@@ -82,10 +82,12 @@ from specsample.kernels.rules import (
     inverse_temperature,
     kept_logit,
     key_value,
+    masked_key,
     min_p_key,
     order_key,
     rescale_factor,
     scaled_logit,
+    weight,
 )
 from specsample.reference.contract import LOGIT_DTYPES
 
@@ -149,32 +151,23 @@ INDEX_DTYPES = (torch.int32, torch.int64)
 
 
 @triton.jit
-def _tile(row_ptr, tile_start, end, BLOCK_V: tl.constexpr):
-    """Tokens ``tile_start + [0, BLOCK_V)`` of a row below ``end``: ``(logits as float32 with NaN as
-    -inf, below end)``."""
-    tokens = tile_start + tl.arange(0, BLOCK_V)
+def _read(row_ptr, tokens, end):
+    """The logits of a row at ``tokens`` (any shape) below ``end``: ``(float32 with NaN as -inf, below
+    end)``."""
     in_vocab = tokens < end
     return clean_logit(tl.load(row_ptr + tokens, mask=in_vocab, other=NEG_INF)), in_vocab
+
+
+@triton.jit
+def _tile(row_ptr, tile_start, end, BLOCK_V: tl.constexpr):
+    """`_read` of tokens ``tile_start + [0, BLOCK_V)``."""
+    return _read(row_ptr, tile_start + tl.arange(0, BLOCK_V), end)
 
 
 @triton.jit
 def _line(row_ptr, tile_start, end, BLOCK_V: tl.constexpr):
     """`_tile` as a ``[1, BLOCK_V]`` line, which a ``[WAYS, BLOCK_V]`` sum takes in its own layout."""
-    tokens = tile_start + tl.arange(0, BLOCK_V)[None, :]
-    in_vocab = tokens < end
-    return clean_logit(tl.load(row_ptr + tokens, mask=in_vocab, other=NEG_INF)), in_vocab
-
-
-@triton.jit
-def _keys(x, in_vocab):
-    """The order keys of a tile, `NO_KEY` (below every bound and cut) outside the vocabulary."""
-    return tl.where(in_vocab, order_key(x), NO_KEY)
-
-
-@triton.jit
-def _weights(x, in_vocab, row_max, inv_temperature):
-    """``exp((z - max) / T)`` of a tile, 0 outside the vocabulary: every mass sums these."""
-    return tl.where(in_vocab, tl.exp(scaled_logit(x, row_max, inv_temperature)), 0.0)
+    return _read(row_ptr, tile_start + tl.arange(0, BLOCK_V)[None, :], end)
 
 
 @triton.jit
@@ -205,7 +198,7 @@ def _counts_from(row_ptr, begin, end, cuts, BLOCK_V: tl.constexpr, WAYS: tl.cons
     tile_start = begin
     while tile_start < end:
         x, in_vocab = _tile(row_ptr, tile_start, end, BLOCK_V)
-        keys = _keys(x, in_vocab)
+        keys = masked_key(x, in_vocab)
         # A tile below the least cut (lane 0's) counts nothing at any cut.
         if tl.max(keys, axis=0) >= tl.min(cuts, axis=0):
             counts += tl.sum((keys[:, None] >= cuts[None, :]).to(tl.int32), axis=0)
@@ -227,11 +220,11 @@ def _masses_above(row_ptr, begin, end, cuts, row_max, inv_temperature, BLOCK_V: 
     tile_start = begin
     while tile_start < end:
         x, in_vocab = _tile(row_ptr, tile_start, end, BLOCK_V)
-        keys = _keys(x, in_vocab)
+        keys = masked_key(x, in_vocab)
         # A tile at or below the least cut (lane 0's) adds nothing above any cut: skipping it adds
         # zeros, which leaves every sum as it was.
         if tl.max(keys, axis=0) > tl.min(cuts, axis=0):
-            weights = _weights(x, in_vocab, row_max, inv_temperature)
+            weights = weight(x, in_vocab, row_max, inv_temperature)
             above = keys[:, None] > cuts[None, :]
             masses += tl.sum(tl.where(above, weights[:, None], 0.0), axis=0)
             counts += tl.sum(above.to(tl.int32), axis=0)
@@ -247,7 +240,7 @@ def _compact(row_ptr, out_ptr, end, lo, hi, capacity, BLOCK_V: tl.constexpr):
     tile_start = 0
     while tile_start < end:
         x, in_vocab = _tile(row_ptr, tile_start, end, BLOCK_V)
-        n = _compact_tile(out_ptr, _keys(x, in_vocab), lo, hi, n, capacity)
+        n = _compact_tile(out_ptr, masked_key(x, in_vocab), lo, hi, n, capacity)
         tile_start += BLOCK_V
 
 
@@ -426,7 +419,7 @@ def _top_p_finish(row_ptr, cand_ptr, vocab_size, target, lo, hi, mass_hi, at_lo,
             )
         keys = _sorted(cand_ptr, n, CAPACITY)
         valid = tl.arange(0, CAPACITY).to(tl.int64) < n
-        weights = tl.where(valid, tl.exp(scaled_logit(key_value(keys), row_max, inv_temperature)), 0.0)
+        weights = weight(key_value(keys), valid, row_max, inv_temperature)
         before = mass_hi + (tl.cumsum(weights, axis=0) - weights)
         pivot = tl.min(tl.where(valid & (before < target), keys.to(tl.int64), hi), axis=0)
     return pivot
@@ -437,7 +430,7 @@ def _top_p_sorted(cand, kept_key, top_p, max_key, row_max, inv_temperature):
     """Top-p's pivot from sorted candidates that are every kept token (key ``>= kept_key``): the least
     key whose kept mass above, summed largest first, is below ``top_p`` times their sum."""
     kept = cand.to(tl.int64) >= kept_key
-    weights = tl.where(kept, tl.exp(scaled_logit(key_value(cand), row_max, inv_temperature)), 0.0)
+    weights = weight(key_value(cand), kept, row_max, inv_temperature)
     target = top_p * tl.sum(weights, axis=0)
     before = tl.cumsum(weights, axis=0) - weights
     return tl.min(tl.where(kept & (before < target), cand.to(tl.int64), max_key), axis=0)
@@ -498,7 +491,7 @@ def filter_stats_kernel(logits_ptr, temperature_ptr, chunk_stats_ptr, tile_max_p
         tiles = tile_start // TILE + lines
         tl.store(maxima_ptr + tiles, maxima, mask=tiles < num_tiles)
         new_max = tl.maximum(chunk_max, tl.max(maxima, axis=0))
-        weights = _weights(x, in_vocab, new_max, inv_temperature)
+        weights = weight(x, in_vocab, new_max, inv_temperature)
         chunk_sum = chunk_sum * rescale_factor(chunk_max, new_max, inv_temperature) + tl.sum(
             tl.sum(weights, axis=1), axis=0
         )
@@ -599,7 +592,7 @@ def _chunk_masses(row_ptr, chunk, vocab_size, cuts, row_max, inv_temperature, BL
     acc = tl.zeros([WAYS, BLOCK_V], tl.float32)
     for t in range(TILES):
         x, in_vocab = _line(row_ptr, (chunk * TILES + t) * BLOCK_V, vocab_size, BLOCK_V)
-        weights = _weights(x, in_vocab, row_max, inv_temperature)
+        weights = weight(x, in_vocab, row_max, inv_temperature)
         acc += weights * (x > values[:, None]).to(tl.float32)
     return tl.sum(acc, axis=1)
 
@@ -689,7 +682,7 @@ def _compact_chunk(row_ptr, maxima_ptr, out_ptr, chunk, vocab_size, num_tiles, l
         maxima = tl.load(maxima_ptr + tiles, mask=tiles < num_tiles, other=NEG_INF)
         if tl.max(order_key(maxima), axis=0) >= least_key:
             x, in_vocab = _tile(row_ptr, tile_start, vocab_size, BLOCK_V)
-            keys = _keys(x, in_vocab)
+            keys = masked_key(x, in_vocab)
             smallest = tl.minimum(smallest, tl.where(keys >= kept_key, x, POS_INF))
             n = _compact_tile(out_ptr, keys, lo, hi, n, SHARE)
     return n, tl.min(smallest, axis=0)

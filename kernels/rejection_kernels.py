@@ -96,6 +96,7 @@ from specsample.kernels.rules import (
     scaled_logit,
     synthetic_accepts,
     tree_child,
+    weight,
 )
 
 # A row whose block masses (`_row_block_mass`, relative to the row's largest probability) sum below
@@ -191,7 +192,7 @@ def _split_stats(
 def _online_sum(x, tile_max, in_vocab, row_max, row_sum, inv_temperature):
     """The running ``(max, sum of exp(e))`` of a row after one more tile ``x`` whose max is ``tile_max``."""
     new_max = tl.maximum(row_max, tile_max)
-    weights = tl.where(in_vocab, tl.exp(scaled_logit(x, new_max, inv_temperature)), 0.0)
+    weights = weight(x, in_vocab, new_max, inv_temperature)
     return new_max, row_sum * rescale_factor(row_max, new_max, inv_temperature) + tl.sum(weights, axis=0)
 
 

@@ -68,6 +68,7 @@ from specsample.kernels.rules import (
     synthetic_accepts,
     to_uniform,
     tree_child,
+    weight,
 )
 
 
@@ -160,7 +161,7 @@ def _rows_stats(row_ptr, inside, vocab_size, inv_temperature, BLOCK_V: tl.conste
         # Strict `>`: the first maximum wins ties, as the specification's argmax does.
         row_arg = tl.where(tile_max > row_max, tile_start + tile_lane, row_arg)
         new_max = tl.maximum(row_max, tile_max)
-        weights = tl.where(in_vocab, tl.exp(scaled_logit(x, new_max[:, :, None], scale)), 0.0)
+        weights = weight(x, in_vocab, new_max[:, :, None], scale)
         row_sum = row_sum * rescale_factor(row_max, new_max, inv_temperature) + tl.sum(weights, axis=2)
         row_max = new_max
         tile_start += BLOCK_V

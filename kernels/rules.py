@@ -66,6 +66,13 @@ def scaled_logit(x, row_max, inv_temperature):
 
 
 @triton.jit
+def weight(x, inside, row_max, inv_temperature):
+    """``exp(e(x))``, the unnormalised probability of each logit, 0 where not ``inside`` (past the
+    vocabulary or the rows): the term of every sum of a row's mass."""
+    return tl.where(inside, tl.exp(scaled_logit(x, row_max, inv_temperature)), 0.0)
+
+
+@triton.jit
 def rescale_factor(old_max, new_max, inv_temperature):
     """The factor that moves a sum of ``exp(e)`` from ``old_max`` to ``new_max >= old_max``."""
     return tl.where(old_max == new_max, 1.0, tl.exp((old_max - new_max) * inv_temperature))
@@ -485,6 +492,12 @@ def key_value(key):
     """The float32 value of an int32 order key (`order_key`'s inverse)."""
     bits = tl.where(key >= 0, key, key ^ MAGNITUDE_BITS)
     return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def masked_key(x, inside):
+    """`order_key` of ``x`` where ``inside``, `NO_KEY` (below every key) elsewhere."""
+    return tl.where(inside, order_key(x), NO_KEY)
 
 
 @triton.jit
