@@ -24,7 +24,8 @@ order), so every pivot is a token's exact value.
    least the target, above its upper end below it) and cuts that interval by value the same way.
 4. ``filter_compact_kernel`` (each chunk): top-p rows narrow their interval by the second pass's
    masses, added the same way; then the tokens of the row's interval are counted and their keys
-   compacted into the chunk's own region (`_compact_chunk`: no slot is shared, so no atomic waits);
+   compacted into the chunk's own region (`_compact_chunk`: a slot a token from the chunk's counter,
+   in no particular order, since the select kernel sorts them; no tile pays a scan);
    and each chunk's smallest logit at or above min-p's key. A tile whose maxima (the first pass's)
    lie below both bounds is not read (with top-k 50 and min-p 0.05 on the benchmarks' Gaussian
    logits, two thirds of them on average); without min-p, a chunk's least logit is its first pass's.
@@ -464,14 +465,14 @@ STATS_FIELDS = tl.constexpr(6)
 
 
 @triton.jit(do_not_specialize=["num_tiles"])
-def filter_stats_kernel(logits_ptr, temperature_ptr, chunk_stats_ptr, tile_max_ptr, logits_stride, vocab_size,
-                        num_tiles, BLOCK_V: tl.constexpr, TILE: tl.constexpr,
+def filter_stats_kernel(logits_ptr, temperature_ptr, chunk_stats_ptr, tile_max_ptr, chunk_count_ptr,
+                        logits_stride, vocab_size, num_tiles, BLOCK_V: tl.constexpr, TILE: tl.constexpr,
                         TILES_PER_CHUNK: tl.constexpr):  # fmt: skip
     """Grid (R, C): each chunk's ``(max, sum of exp((z - max) / T), least logit)`` into ``chunk_stats
     [R, C, 3]``, the sum rescaled as the max grows, and the max of every ``TILE`` tokens into ``tile_max
-    [R, num_tiles]``. A chunk is ``TILES_PER_CHUNK`` tiles of ``BLOCK_V`` tokens (a loop of known
-    length, which the compiler pipelines), each loaded as ``[BLOCK_V / TILE, TILE]``: a maximum a
-    line."""
+    [R, num_tiles]``; the chunk's compaction counter (``chunk_count [R, C]``, `_compact_chunk`'s) set to
+    0. A chunk is ``TILES_PER_CHUNK`` tiles of ``BLOCK_V`` tokens (a loop of known length, which the
+    compiler pipelines), each loaded as ``[BLOCK_V / TILE, TILE]``: a maximum a line."""
     row = tl.program_id(0)
     chunk = tl.program_id(1)
     row_ptr = logits_ptr + row.to(tl.int64) * logits_stride
@@ -497,6 +498,7 @@ def filter_stats_kernel(logits_ptr, temperature_ptr, chunk_stats_ptr, tile_max_p
         )
         chunk_max = new_max
         least = tl.minimum(least, tl.min(tl.min(tl.where(in_vocab, x, POS_INF), axis=1), axis=0))
+    tl.store(chunk_count_ptr + row * tl.num_programs(1) + chunk, 0)
     out = chunk_stats_ptr + (row * tl.num_programs(1) + chunk).to(tl.int64) * 3
     tl.store(out, chunk_max)
     tl.store(out + 1, chunk_sum)
@@ -661,18 +663,20 @@ ABOVE_EVERY_KEY = tl.constexpr(2**31 - 1)
 
 
 @triton.jit
-def _compact_chunk(row_ptr, maxima_ptr, out_ptr, chunk, vocab_size, num_tiles, lo, hi, kept_key,
+def _compact_chunk(row_ptr, maxima_ptr, out_ptr, count_ptr, chunk, vocab_size, num_tiles, lo, hi, kept_key,
                    SHARE: tl.constexpr, BLOCK_V: tl.constexpr, TILES: tl.constexpr,
                    TILE: tl.constexpr):  # fmt: skip
-    """`_compact` of a chunk (``TILES`` tiles of ``BLOCK_V``) that shares its row: how many tokens have
-    an order key in ``[lo, hi)`` (int32 bounds; none where ``lo >= hi``), their keys in token order
-    into the chunk's own region ``out_ptr[0:SHARE]`` (those that fit: no slot is shared, so no atomic
-    waits), and the chunk's smallest logit whose key is ``>= kept_key`` (``+inf``: none).
+    """`_compact` of a chunk (``TILES`` tiles of ``BLOCK_V``) that shares its row: the keys of its
+    tokens whose order key lies in ``[lo, hi)`` (int32 bounds; none where ``lo >= hi``) into the
+    chunk's own region ``out_ptr[0:SHARE]`` (those that fit), each at the slot it takes from the chunk's
+    counter (``count_ptr``, 0 before the call, their count after it); returns the chunk's smallest logit
+    whose key is ``>= kept_key`` (``+inf``: none).
 
-    The row's maxima (``maxima_ptr``: one a ``TILE`` tokens, `filter_stats_kernel`'s) say which tiles
-    can hold such a token: a tile whose maxima are all below ``lo`` (or the interval is empty) and
-    below ``kept_key`` is not read, which leaves the count and the smallest logit as they were."""
-    n = tl.full([], 0, tl.int32)
+    A token takes its slot by an atomic add, so no tile pays a scan; the slots' order is the
+    threads', not the tokens', and the select kernel sorts the keys. The row's maxima (``maxima_ptr``:
+    one a ``TILE`` tokens, `filter_stats_kernel`'s) say which tiles can hold such a token: a tile whose
+    maxima are all below ``lo`` (or the interval is empty) and below ``kept_key`` is not read, which
+    leaves the count and the smallest logit as they were."""
     smallest = tl.full([BLOCK_V], POS_INF, tl.float32)
     lines = tl.arange(0, BLOCK_V // TILE)
     least_key = tl.minimum(tl.where(lo < hi, lo, ABOVE_EVERY_KEY), kept_key)
@@ -684,8 +688,10 @@ def _compact_chunk(row_ptr, maxima_ptr, out_ptr, chunk, vocab_size, num_tiles, l
             x, in_vocab = _tile(row_ptr, tile_start, vocab_size, BLOCK_V)
             keys = masked_key(x, in_vocab)
             smallest = tl.minimum(smallest, tl.where(keys >= kept_key, x, POS_INF))
-            n = _compact_tile(out_ptr, keys, lo, hi, n, SHARE)
-    return n, tl.min(smallest, axis=0)
+            taken = (keys >= lo) & (keys < hi)
+            slot = tl.atomic_add(count_ptr + tl.zeros([BLOCK_V], tl.int32), 1, mask=taken, sem="relaxed")
+            tl.store(out_ptr + slot, keys, mask=taken & (slot < SHARE))
+    return tl.min(smallest, axis=0)
 
 
 @triton.jit
@@ -737,7 +743,6 @@ def filter_compact_kernel(logits_ptr, temperature_ptr, chunk_stats_ptr, tile_max
     chunk = tl.program_id(1)
     state = row_state_ptr + row * STATE_FIELDS
     mode = tl.load(state + STATE_MODE)
-    count = tl.full([], 0, tl.int32)
     if mode != MODE_NONE:
         row_ptr = logits_ptr + row.to(tl.int64) * logits_stride
         lo = tl.load(state + STATE_LO)
@@ -772,14 +777,14 @@ def filter_compact_kernel(logits_ptr, temperature_ptr, chunk_stats_ptr, tile_max
         kept_key = tl.where(kept_key > NEG_INF_KEY, kept_key, ABOVE_EVERY_KEY)
         # Without min-p's key, the chunk's smallest logit at or above it is its least (its statistics').
         least = tl.load(chunk_stats_ptr + (row * num_chunks + chunk).to(tl.int64) * 3 + 2)
-        count, smallest = _compact_chunk(
+        smallest = _compact_chunk(
             row_ptr, tile_max_ptr + row.to(tl.int64) * num_tiles,
-            regions_ptr + (row * num_chunks + chunk).to(tl.int64) * SHARE, chunk, vocab_size, num_tiles,
-            lo.to(tl.int32), hi.to(tl.int32), kept_key.to(tl.int32), SHARE, BLOCK_V, TILES, TILE,
+            regions_ptr + (row * num_chunks + chunk).to(tl.int64) * SHARE,
+            chunk_count_ptr + row * num_chunks + chunk, chunk, vocab_size, num_tiles, lo.to(tl.int32),
+            hi.to(tl.int32), kept_key.to(tl.int32), SHARE, BLOCK_V, TILES, TILE,
         )  # fmt: skip
         smallest = tl.where(kept_key < ABOVE_EVERY_KEY, smallest, least)
         tl.store(chunk_min_ptr + row * num_chunks + chunk, smallest)
-    tl.store(chunk_count_ptr + row * num_chunks + chunk, count)
 
 
 @triton.jit(do_not_specialize=["num_chunks", "capacity", "passes"])
@@ -1169,7 +1174,7 @@ def filter_thresholds(
     quiet = np.errstate(all="ignore") if device.type == "cpu" else contextlib.nullcontext()
     with quiet:
         filter_stats_kernel[grid](
-            logits, temperature, chunk_stats, tile_max, stride, vocab_size, num_tiles,
+            logits, temperature, chunk_stats, tile_max, chunk_count, stride, vocab_size, num_tiles,
             BLOCK_V=block_v, TILE=tile, TILES_PER_CHUNK=tiles_per_chunk,
         )  # fmt: skip
         filter_start_kernel[per_row](
