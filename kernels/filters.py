@@ -12,8 +12,9 @@ order), so every pivot is a token's exact value.
    max of every tile of `maxima_tile` tokens (at most `MAX_TILES` of them a row).
 2. ``filter_start_kernel`` (each row): the chunks' statistics combined (`CHUNK_GROUP` at a time);
    min-p's key, ``(z - max) / T >= log(min_p)`` with the cut taken in float64 (`min_p_key`); and the
-   row's second pass. Top-k: the ``k``-th largest tile maximum bounds the ``k``-th value from below
-   (``k`` tiles hold a token at or above it), so the tokens at or above it (and min-p's key) are few
+   row's second pass. Top-k: a value at or below the ``k``-th largest tile maximum (`_top_k_bound`:
+   two 16-way passes over the maxima, no sort) bounds the ``k``-th value from below (``k`` tiles
+   hold a token at or above it), so the tokens at or above it (and min-p's key) are few
    where the logits are spread over the vocabulary. Top-p without top-k: two passes of masses above
    `FIRST_WAYS` values each first (3).
 3. ``filter_mass_kernel`` (each chunk, top-p rows, launched twice): ``sum exp((z - max) / T)`` above
@@ -118,6 +119,9 @@ INTERPRETER_CAPACITY = 32
 # row's span of logits holds at most CAPACITY tokens in most rows, which are then sorted rather than
 # searched (Gaussian logits, V = 128256, top-p 0.9: about 1,700). Each pass's cost grows with it.
 FIRST_WAYS = 16
+# Passes of BOUND_WAYS cuts that place top-k's bound among the tile maxima (`_top_k_bound`).
+BOUND_PASSES = tl.constexpr(2)
+BOUND_WAYS = tl.constexpr(16)
 # A chunk's region of candidates holds at least MIN_SHARE keys (and at least its share of the
 # capacity): a row whose candidates crowd into one chunk beyond it is compacted again by its own
 # program. A row's program gathers the regions in [GROUP, SHARE] tiles of at most PACK_TILE keys.
@@ -505,6 +509,29 @@ def filter_stats_kernel(logits_ptr, temperature_ptr, chunk_stats_ptr, tile_max_p
     tl.store(out + 2, least)
 
 
+@triton.jit
+def _top_k_bound(maxima_ptr, num_tiles, k, max_key, TILES: tl.constexpr):
+    """A key at or below the ``k``-th largest of the row's ``num_tiles`` tile maxima (``TILES >=
+    num_tiles`` a power of two), so that ``k`` tiles hold a token at or above it and the ``k``-th value
+    is at least it; `NEG_INF_KEY` where there are fewer than ``k`` tiles.
+
+    `BOUND_PASSES` passes of `BOUND_WAYS` cuts, by value then by key (`_cuts`), narrow ``[lo, hi)``
+    (at least ``k`` maxima at or above ``lo``, fewer at or above ``hi``) from the least maximum and the
+    max; the bound is ``lo``, a little below the ``k``-th maximum (a sort found it exactly, at the
+    cost of sorting every maximum)."""
+    tiles = tl.arange(0, TILES)
+    valid = tiles < num_tiles
+    keys = masked_key(tl.load(maxima_ptr + tiles, mask=valid, other=NEG_INF), valid)
+    lo = tl.min(tl.where(valid, keys, ABOVE_EVERY_KEY), axis=0).to(tl.int64)
+    hi = max_key + 1
+    for i in tl.static_range(BOUND_PASSES):
+        cuts = _cuts(lo, hi - 1, NEG_INF, i == 0, BOUND_WAYS)
+        counts = tl.sum((keys[None, :] >= cuts[:, None].to(tl.int32)).to(tl.int32), axis=1)
+        at_least = counts >= k
+        lo, hi = tl.max(tl.where(at_least, cuts, lo), axis=0), tl.min(tl.where(at_least, hi, cuts), axis=0)
+    return tl.where(k <= num_tiles, lo, NEG_INF_KEY)
+
+
 @triton.jit(do_not_specialize=["vocab_size", "num_chunks", "num_tiles"])
 def filter_start_kernel(temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, chunk_stats_ptr, tile_max_ptr,
                         row_stats_ptr, row_state_ptr, vocab_size, num_chunks, num_tiles,
@@ -512,8 +539,9 @@ def filter_start_kernel(temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, chunk_
                         TILES: tl.constexpr):  # fmt: skip
     """Grid (R,): the row's max, sum and least logit (its chunks', `CHUNK_GROUP` at a time), min-p's key, the
     row's mode and its second pass's interval: for top-k, ``[max(min-p's key, bound), max]``, the
-    bound the ``k``-th largest tile maximum (``k`` tiles hold a token at or above it, so the ``k``-th
-    value is at least it); for top-p alone, the first pass's ``(min-p's key - 1, max]``."""
+    bound at or below the ``k``-th largest tile maximum (`_top_k_bound`: ``k`` tiles hold a token at or
+    above it, so the ``k``-th value is at least it); for top-p alone, the first pass's ``(min-p's key -
+    1, max]``."""
     row = tl.program_id(0)
     temperature = tl.load(temperature_ptr + row)
     inv_temperature = inverse_temperature(temperature)
@@ -561,14 +589,9 @@ def filter_start_kernel(temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, chunk_
     if HAS_TOP_K:
         k = tl.load(top_k_ptr + row).to(tl.int64)
         if filtering & (k > 0) & (k < vocab_size):
-            tiles = tl.arange(0, TILES)
-            maxima = tl.load(tile_max_ptr + row.to(tl.int64) * num_tiles + tiles, mask=tiles < num_tiles,
-                             other=NEG_INF)  # fmt: skip
-            bound = tl.max(
-                tl.where(tiles.to(tl.int64) == k - 1, tl.sort(maxima, descending=True), NEG_INF), axis=0
-            )
+            bound = _top_k_bound(tile_max_ptr + row.to(tl.int64) * num_tiles, num_tiles, k, max_key, TILES)
             mode = tl.full([], MODE_TOP_K, tl.int64)
-            lo = tl.maximum(kept_key, order_key(bound).to(tl.int64))
+            lo = tl.maximum(kept_key, bound)
             hi = max_key + 1
     state = row_state_ptr + row * STATE_FIELDS
     tl.store(state + STATE_MODE, mode)
@@ -672,11 +695,11 @@ def _compact_chunk(row_ptr, maxima_ptr, out_ptr, count_ptr, chunk, vocab_size, n
     counter (``count_ptr``, 0 before the call, their count after it); returns the chunk's smallest logit
     whose key is ``>= kept_key`` (``+inf``: none).
 
-    A token takes its slot by an atomic add, so no tile pays a scan; the slots' order is the
-    threads', not the tokens', and the select kernel sorts the keys. The row's maxima (``maxima_ptr``:
-    one a ``TILE`` tokens, `filter_stats_kernel`'s) say which tiles can hold such a token: a tile whose
-    maxima are all below ``lo`` (or the interval is empty) and below ``kept_key`` is not read, which
-    leaves the count and the smallest logit as they were."""
+    A token takes its slot by an atomic add (the compiler adds a warp's at once), so no tile pays a
+    scan; the slots' order is the threads', not the tokens', and the select kernel sorts the keys.
+    The row's maxima (``maxima_ptr``: one a ``TILE`` tokens, `filter_stats_kernel`'s) say which tiles
+    can hold such a token: a tile whose maxima are all below ``lo`` (or the interval is empty) and
+    below ``kept_key`` is not read, which leaves the count and the smallest logit as they were."""
     smallest = tl.full([BLOCK_V], POS_INF, tl.float32)
     lines = tl.arange(0, BLOCK_V // TILE)
     least_key = tl.minimum(tl.where(lo < hi, lo, ABOVE_EVERY_KEY), kept_key)
