@@ -432,9 +432,10 @@ def test_every_search_width_finds_the_same_thresholds(ways: int) -> None:
 def test_each_sort_width_reads_off_the_same_pivots() -> None:
     """Candidates sorted in each of `_sorted`'s tiles (at most `SMALL_SORT`, at most `MID_SORT`, the
     full capacity of 2,048) give the pivots that a search by passes alone finds. V = 3,000 in 47
-    maxima tiles of 64 tokens (the interpreter's): ``L`` large logits fill the first tiles, so top-k's
-    bound (the ``k``-th largest tile maximum) is a small logit and about ``L`` tokens are its
-    candidates; top-p then cuts the full tile's."""
+    maxima tiles of 64 tokens (the interpreter's): ``L`` large logits fill the first tiles and every
+    other tile's maximum is 1, so top-k's bound (at or below the ``k``-th largest tile maximum, at or
+    above the least) is 1 and ``L`` tokens and a token a tile are its candidates; top-p then cuts the
+    full tile's."""
     rng = np.random.default_rng(5)
     vocab, tile = 3000, 64
     large, ks = (200, 600, 1500), (10, 20, 30)
@@ -442,10 +443,13 @@ def test_each_sort_width_reads_off_the_same_pivots() -> None:
     for r, count in enumerate(large):
         logits[r, :count] = 100 + rng.permutation(count) / 16
         logits[r, count:] = rng.permutation(vocab - count) / vocab
+        ends = np.minimum(np.arange(tile - 1, vocab + tile - 1, tile), vocab - 1)
+        logits[r, ends[ends >= count]] = 1.0
     maxima = np.sort(np.pad(logits, ((0, 0), (0, -vocab % tile)), constant_values=-np.inf)
                      .reshape(3, -1, tile).max(axis=2), axis=1)[:, ::-1]  # fmt: skip
-    candidates = [int((logits[r] >= maxima[r, k - 1]).sum()) for r, k in enumerate(ks)]
-    assert candidates[0] <= SMALL_SORT.value < candidates[1] <= MID_SORT.value < candidates[2] <= 2048
+    fewest = [int((logits[r] >= maxima[r, k - 1]).sum()) for r, k in enumerate(ks)]
+    most = [int((logits[r] >= maxima[r, -1]).sum()) for r in range(3)]
+    assert most[0] <= SMALL_SORT.value < fewest[1] <= most[1] <= MID_SORT.value < fewest[2] <= most[2] <= 2048
     rows = _rows(logits, [1.0, 1.0, 4.0], top_k=ks, top_p=[1.0, 1.0, 0.9])
     expected = _cut_short(rows, SEARCH_PASSES)
     _check(rows, expected)
