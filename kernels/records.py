@@ -57,7 +57,7 @@ ROW_FLOAT = record(
     "log_ratio",  # block: log p(d) - log q(d) (-inf where p(d) = 0, +inf where q(d) = 0)
     "log_weight",  # block: log w_i of the row (rows 1 to n, sampled requests)
     "target_threshold",  # filtered calls: the kept set's least logit of the target row (-inf: all)
-    "draft_threshold",  # and of the draft row, with draft_filter (-inf: all)
+    "draft_threshold",  # and of the draft row, with draft_filter (-inf: all); unwritten without it
 )
 ROW_INT = record(
     "ROW_INT",
@@ -80,7 +80,7 @@ INFO_FLOAT = record(
     "draft_log_sum",
     "log_weight",  # log w of the final row's residual max(w p - q, 0): 0 but for block
     "target_threshold",  # the final row's ROW_FLOAT thresholds (filtered calls)
-    "draft_threshold",
+    "draft_threshold",  # (with draft_filter only)
 )
 GEOMETRY = record(
     "GEOMETRY",

@@ -730,11 +730,11 @@ def _finish_row(
     is_draft, draft_id, real = draft_at(
         draft_ids_ptr, draft_start, position, num_drafts, num_draft_ids, vocab_size
     )
-    log_p = _log_prob_at(
+    log_p = log_prob_at(
         target_row_ptr, target_inside & real, draft_id, row_max, log_sum, inv_temperature, vocab_size,
         target_threshold, FILTERED,
     )  # fmt: skip
-    token_log_p = _log_prob_at(
+    token_log_p = log_prob_at(
         target_row_ptr, target_inside, token, row_max, log_sum, inv_temperature, vocab_size, target_threshold,
         FILTERED,
     )  # fmt: skip
@@ -792,6 +792,7 @@ def _finish_row(
     tl.store(row_float + ROW_FLOAT.token_log_prob, token_log_p)
     if FILTERED:
         tl.store(row_float + ROW_FLOAT.target_threshold, target_threshold)
+    if FILTERED == ALL_ROWS:
         tl.store(row_float + ROW_FLOAT.draft_threshold, draft_threshold)
     row_int = row_int_ptr + row * ROW_INT.SIZE
     tl.store(row_int + ROW_INT.token, token)
@@ -799,21 +800,6 @@ def _finish_row(
     # their rows drew (`_tree_row_needed`), not its first rejection.
     if (METHOD != TREE) & is_draft & ~accept:
         tl.atomic_max(stop_flag_ptr + request, width - position)
-
-
-@triton.jit
-def _log_prob_at(target_row_ptr, target_inside, token, row_max, log_sum, inv_temperature, vocab_size,
-                 threshold, FILTERED: tl.constexpr):  # fmt: skip
-    """`rules.log_prob_at` of the filtered row (`rules.kept_logit`) where ``FILTERED``."""
-    if FILTERED:
-        inside = target_inside & (token >= 0) & (token < vocab_size)
-        logit = tl.load(target_row_ptr + tl.where(inside, token, 0), mask=inside, other=NEG_INF)
-        value = log_prob(kept_logit(logit, threshold, FILTERED), row_max, log_sum, inv_temperature)
-    else:
-        value = log_prob_at(
-            target_row_ptr, target_inside, token, row_max, log_sum, inv_temperature, vocab_size
-        )
-    return value
 
 
 @triton.jit
@@ -949,6 +935,7 @@ def block_keep_kernel(
             draft_threshold = tl.full([], NEG_INF, tl.float32)
             if FILTERED:
                 target_threshold = tl.load(row_float + ROW_FLOAT.target_threshold)
+            if FILTERED == ALL_ROWS:
                 draft_threshold = tl.load(row_float + ROW_FLOAT.draft_threshold)
             mass = _split_block_mass(
                 target_row_ptr, target_inside, draft_ptr + tl.maximum(draft_offset, 0), draft_offset >= 0,
@@ -1099,12 +1086,13 @@ def _final_row(info_int, info_float, mode, FILTERED: tl.constexpr):
     )
     target_offset = tl.load(info_int + INFO_INT.target_offset)
     draft_offset = tl.load(info_int + INFO_INT.draft_offset, mask=residual, other=-1)
-    thresholds = (tl.full([], NEG_INF, tl.float32), tl.full([], NEG_INF, tl.float32))
+    target_threshold = tl.full([], NEG_INF, tl.float32)
+    draft_threshold = tl.full([], NEG_INF, tl.float32)
     if FILTERED:
-        thresholds = (
-            tl.load(info_float + INFO_FLOAT.target_threshold),
-            tl.load(info_float + INFO_FLOAT.draft_threshold),
-        )
+        target_threshold = tl.load(info_float + INFO_FLOAT.target_threshold)
+    if FILTERED == ALL_ROWS:
+        draft_threshold = tl.load(info_float + INFO_FLOAT.draft_threshold)
+    thresholds = (target_threshold, draft_threshold)
     return target_offset, draft_offset, tl.load(info_int + INFO_INT.draft_token), residual, laws, thresholds
 
 
@@ -1370,6 +1358,7 @@ def sample_kernel(target_ptr, draft_ptr, draft_ids_ptr, cu_ptr, temperature_ptr,
             target_threshold = tl.load(
                 row_float_ptr + (out_row + stop) * ROW_FLOAT.SIZE + ROW_FLOAT.target_threshold
             )
+        if FILTERED == ALL_ROWS:
             draft_threshold = tl.load(
                 row_float_ptr + (out_row + stop) * ROW_FLOAT.SIZE + ROW_FLOAT.draft_threshold
             )
@@ -1385,6 +1374,7 @@ def sample_kernel(target_ptr, draft_ptr, draft_ids_ptr, cu_ptr, temperature_ptr,
             tl.store(info_float + INFO_FLOAT.log_weight, log_weight)
             if FILTERED:
                 tl.store(info_float + INFO_FLOAT.target_threshold, target_threshold)
+            if FILTERED == ALL_ROWS:
                 tl.store(info_float + INFO_FLOAT.draft_threshold, draft_threshold)
         # The residual's p is weighted (block verification's w_m, else 1): log(w p) = e - (log_sum - log w).
         residual_log_sum = target_log_sum - tl.where(residual, log_weight, 0.0)

@@ -227,15 +227,18 @@ def synthetic_accepts(
 
 
 @triton.jit
-def log_prob_at(target_row_ptr, target_inside, token, row_max, log_sum, inv_temperature, vocab_size):
+def log_prob_at(target_row_ptr, target_inside, token, row_max, log_sum, inv_temperature, vocab_size,
+                threshold=NEG_INF, FILTERED: tl.constexpr = 0):  # fmt: skip
     """``log p(token)`` under the target law; ``-inf`` below float64's smallest probability.
 
     Args:
         target_row_ptr: the row's first logit, fp32/fp16/bf16 (read at ``token`` if inside).
+        threshold, FILTERED: where ``FILTERED``, the row is read through its threshold
+            (`kept_logit`), as its filtered copy holds it.
     """
     inside = target_inside & (token >= 0) & (token < vocab_size)
     logit = tl.load(target_row_ptr + tl.where(inside, token, 0), mask=inside, other=NEG_INF)
-    return log_prob(logit, row_max, log_sum, inv_temperature)
+    return log_prob(kept_logit(logit, threshold, FILTERED), row_max, log_sum, inv_temperature)
 
 
 # The split plan's kernels' ``FILTERED``: 0, rows are read as they are; `TARGET_ROWS`, the target rows
