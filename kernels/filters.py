@@ -305,6 +305,13 @@ def _sorted(out_ptr, n, CAPACITY: tl.constexpr):
 
 
 @triton.jit
+def _narrow(cuts, holds, lo, hi):
+    """A search pass applied to its interval: the cuts where ``holds`` (the pass's test: at least ``k``
+    tokens, or the target's mass, at or above the cut) raise ``lo``, the others lower ``hi``."""
+    return tl.max(tl.where(holds, cuts, lo), axis=0), tl.min(tl.where(holds, hi, cuts), axis=0)
+
+
+@triton.jit
 def _narrow_top_p(cuts, masses, counts, target, lo, hi, mass_hi, at_lo, at_hi):
     """A top-p pass's results applied to ``(lo, hi]``: the mass above ``lo`` stays at least the target
     and above ``hi`` below it. Returns ``(lo, hi, mass above hi, tokens above lo, tokens above hi)``."""
@@ -313,7 +320,7 @@ def _narrow_top_p(cuts, masses, counts, target, lo, hi, mass_hi, at_lo, at_hi):
     at_lo = tl.min(tl.where(below, at_lo, counts), axis=0)
     at_hi = tl.max(tl.where(below, counts, at_hi), axis=0)
     mass_hi = tl.max(tl.where(below, masses, mass_hi), axis=0)
-    lo, hi = tl.max(tl.where(below, lo, cuts), axis=0), tl.min(tl.where(below, cuts, hi), axis=0)
+    lo, hi = _narrow(cuts, ~below, lo, hi)
     return lo, hi, mass_hi, at_lo, at_hi
 
 
@@ -377,7 +384,7 @@ def _top_k_finish(row_ptr, cand_ptr, vocab_size, k, lo, hi, n, packed, capacity,
         at_least = counts >= k
         at_lo = tl.min(tl.where(at_least, counts, n + above), axis=0)
         above = tl.max(tl.where(at_least, above, counts), axis=0)
-        lo, hi = tl.max(tl.where(at_least, cuts, lo), axis=0), tl.min(tl.where(at_least, hi, cuts), axis=0)
+        lo, hi = _narrow(cuts, at_least, lo, hi)
         n = at_lo - above
         i += 1
     # The chunks' compaction holds the interval's tokens where they were gathered; after a pass, or
@@ -528,7 +535,7 @@ def _top_k_bound(maxima_ptr, num_tiles, k, max_key, TILES: tl.constexpr):
         cuts = _cuts(lo, hi - 1, NEG_INF, i == 0, BOUND_WAYS)
         counts = tl.sum((keys[None, :] >= cuts[:, None].to(tl.int32)).to(tl.int32), axis=1)
         at_least = counts >= k
-        lo, hi = tl.max(tl.where(at_least, cuts, lo), axis=0), tl.min(tl.where(at_least, hi, cuts), axis=0)
+        lo, hi = _narrow(cuts, at_least, lo, hi)
     return tl.where(k <= num_tiles, lo, NEG_INF_KEY)
 
 
