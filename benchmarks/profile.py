@@ -22,7 +22,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from specsample.benchmarks.grid import GATE_CASES, Case, full_grid, make_inputs, min_bytes
 from specsample.benchmarks.timing import ColdCallTimer, measure_ceilings
-from specsample.kernels import registry, rejection
+from specsample.kernels import launch, registry
 
 
 def kernel_times(
@@ -58,7 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--variant", default="triton")
     parser.add_argument("--repeats", type=int, default=20)
     args = parser.parse_args(argv)
-    os.environ[rejection.PDL_ENV] = "0"
+    os.environ[launch.PDL_ENV] = "0"
     by_id = {case.id: case for case in full_grid()}
     cases = [by_id[name] for name in args.cases] if args.cases else list(GATE_CASES)
     device = torch.device("cuda")

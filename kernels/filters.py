@@ -73,12 +73,14 @@ import triton
 import triton.language as tl
 
 from specsample.kernels.filter_rows_kernels import filter_rows_kernel
+from specsample.kernels.launch import programmatic_launch
 from specsample.kernels.rules import (
     LOG_ZERO,
     NEG_INF,
     NEG_INF_KEY,
     NO_KEY,
     POS_INF,
+    after_previous_launch,
     clean_logit,
     filters_row,
     inverse_temperature,
@@ -478,12 +480,13 @@ STATS_FIELDS = tl.constexpr(6)
 @triton.jit(do_not_specialize=["num_tiles"])
 def filter_stats_kernel(logits_ptr, temperature_ptr, chunk_stats_ptr, tile_max_ptr, chunk_count_ptr,
                         logits_stride, vocab_size, num_tiles, BLOCK_V: tl.constexpr, TILE: tl.constexpr,
-                        TILES_PER_CHUNK: tl.constexpr):  # fmt: skip
+                        TILES_PER_CHUNK: tl.constexpr, PDL: tl.constexpr):  # fmt: skip
     """Grid (R, C): each chunk's ``(max, sum of exp((z - max) / T), least logit)`` into ``chunk_stats
     [R, C, 3]``, the sum rescaled as the max grows, and the max of every ``TILE`` tokens into ``tile_max
     [R, num_tiles]``; the chunk's compaction counter (``chunk_count [R, C]``, `_compact_chunk`'s) set to
     0. A chunk is ``TILES_PER_CHUNK`` tiles of ``BLOCK_V`` tokens (a loop of known length, which the
     compiler pipelines), each loaded as ``[BLOCK_V / TILE, TILE]``: a maximum a line."""
+    after_previous_launch(PDL)
     row = tl.program_id(0)
     chunk = tl.program_id(1)
     row_ptr = logits_ptr + row.to(tl.int64) * logits_stride
@@ -543,12 +546,13 @@ def _top_k_bound(maxima_ptr, num_tiles, k, max_key, TILES: tl.constexpr):
 def filter_start_kernel(temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, chunk_stats_ptr, tile_max_ptr,
                         row_stats_ptr, row_state_ptr, vocab_size, num_chunks, num_tiles,
                         HAS_TOP_K: tl.constexpr, HAS_TOP_P: tl.constexpr, HAS_MIN_P: tl.constexpr,
-                        TILES: tl.constexpr):  # fmt: skip
+                        TILES: tl.constexpr, PDL: tl.constexpr):  # fmt: skip
     """Grid (R,): the row's max, sum and least logit (its chunks', `CHUNK_GROUP` at a time), min-p's key, the
     row's mode and its second pass's interval: for top-k, ``[max(min-p's key, bound), max]``, the
     bound at or below the ``k``-th largest tile maximum (`_top_k_bound`: ``k`` tiles hold a token at or
     above it, so the ``k``-th value is at least it); for top-p alone, the first pass's ``(min-p's key -
     1, max]``."""
+    after_previous_launch(PDL)
     row = tl.program_id(0)
     temperature = tl.load(temperature_ptr + row)
     inv_temperature = inverse_temperature(temperature)
@@ -650,13 +654,15 @@ def _chunks_sum(masses_ptr, row, num_chunks, WAYS: tl.constexpr):
 @triton.jit(do_not_specialize=["num_chunks"])
 def filter_mass_kernel(logits_ptr, temperature_ptr, top_p_ptr, row_stats_ptr, row_state_ptr, first_ptr,
                        masses_ptr, logits_stride, vocab_size, num_chunks, SECOND: tl.constexpr,
-                       WAYS: tl.constexpr, BLOCK_V: tl.constexpr, TILES: tl.constexpr):  # fmt: skip
+                       WAYS: tl.constexpr, BLOCK_V: tl.constexpr, TILES: tl.constexpr,
+                       PDL: tl.constexpr):  # fmt: skip
     """Grid (R, C), rows of mode top-p: each chunk's masses above a top-p pass's ``WAYS`` cuts into
     ``masses [R, C, WAYS]``. The first pass (``SECOND`` false) cuts ``(min-p's key - 1, max]``: lane 0
     its lower end, whose mass is the kept mass, the others values evenly spaced from `_top_p_floor`
     to the max. The second adds the first's masses (``first_ptr``) over the chunks (`_chunks_sum`),
     which narrow the interval (chunk 0 records it, top-p's target and the mass above it), and cuts
     the narrowed interval by value the same way."""
+    after_previous_launch(PDL)
     row = tl.program_id(0)
     chunk = tl.program_id(1)
     state = row_state_ptr + row * STATE_FIELDS
@@ -761,7 +767,7 @@ def filter_compact_kernel(logits_ptr, temperature_ptr, chunk_stats_ptr, tile_max
                           row_state_ptr, masses_ptr, regions_ptr, chunk_count_ptr, chunk_min_ptr,
                           logits_stride, vocab_size, num_chunks, num_tiles, WAYS: tl.constexpr,
                           BLOCK_V: tl.constexpr, TILES: tl.constexpr, SHARE: tl.constexpr,
-                          TILE: tl.constexpr):  # fmt: skip
+                          TILE: tl.constexpr, PDL: tl.constexpr):  # fmt: skip
     """Grid (R, C): each chunk's share of its row's last pass. Top-k rows: the tokens of ``[lo, hi)``
     counted (into ``chunk_count [R, C]``) and compacted into the chunk's region (``regions [R, C,
     SHARE]``; `_pack` gathers them). Top-p rows: the second
@@ -769,6 +775,7 @@ def filter_compact_kernel(logits_ptr, temperature_ptr, chunk_stats_ptr, tile_max
     narrow its interval ``(lo, hi]`` (chunk 0 records it), then its tokens counted and compacted.
     Every row that filters: the chunk's smallest logit at or above min-p's key into ``chunk_min
     [R, C]``."""
+    after_previous_launch(PDL)
     row = tl.program_id(0)
     chunk = tl.program_id(1)
     state = row_state_ptr + row * STATE_FIELDS
@@ -823,11 +830,12 @@ def filter_select_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, row_
                          logits_stride, vocab_size, num_chunks, capacity, passes, HAS_TOP_K: tl.constexpr,
                          HAS_TOP_P: tl.constexpr, WAYS: tl.constexpr, BLOCK_V: tl.constexpr,
                          SCAN: tl.constexpr, CAPACITY: tl.constexpr, SHARE: tl.constexpr,
-                         GROUP: tl.constexpr):  # fmt: skip
+                         GROUP: tl.constexpr, PDL: tl.constexpr):  # fmt: skip
     """Grid (R,): the row's threshold ``t``: top-k's ``k``-th value (`_top_k_finish`), then top-p's
     pivot (`_top_p_sorted` on top-k's candidates where they are every kept token, else
     `_top_p_finish`), then the smallest kept logit: its filters keep exactly the tokens with
     ``z >= t``."""
+    after_previous_launch(PDL)
     row = tl.program_id(0)
     row_ptr = logits_ptr + row.to(tl.int64) * logits_stride
     cand_ptr = candidates_ptr + row.to(tl.int64) * CAPACITY
@@ -924,6 +932,41 @@ def filter_select_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, row_
         # The max is always kept; a threshold at the row's least logit keeps every token.
         threshold = tl.where(smallest > least, tl.minimum(smallest, row_max), NEG_INF)
     tl.store(threshold_ptr + row, threshold)
+
+
+# Rows of parameters `row_params_kernel` gathers a program.
+PARAMS_BLOCK = 256
+
+
+@triton.jit(do_not_specialize=["num_rows", "num_requests", "steps"])
+def row_params_kernel(cu_ptr, temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, row_temperature_ptr,
+                      row_top_k_ptr, row_top_p_ptr, row_min_p_ptr, num_rows, num_requests, steps,
+                      EXTRA: tl.constexpr, HAS_TOP_K: tl.constexpr, HAS_TOP_P: tl.constexpr,
+                      HAS_MIN_P: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr):  # fmt: skip
+    """Grid (cdiv(R, BLOCK),): each row's request's temperature and sampling parameters, gathered into
+    ``[R]`` vectors. Request ``b`` owns rows ``[cu[b] + EXTRA b, cu[b + 1] + EXTRA (b + 1))``
+    (``EXTRA`` 1: its target rows, ``n_b + 1``; 0: its draft rows), so a row's request is the last
+    whose first row is at or before it, found by ``steps`` halvings of ``[0, num_requests)``."""
+    after_previous_launch(PDL)
+    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    inside = rows < num_rows
+    lo = tl.zeros([BLOCK], tl.int32)
+    hi = tl.zeros([BLOCK], tl.int32) + num_requests
+    i = 0
+    while i < steps:
+        mid = (lo + hi) // 2
+        first = tl.load(cu_ptr + mid, mask=inside, other=0) + EXTRA * mid
+        at_or_before = first <= rows
+        lo = tl.where(at_or_before, mid, lo)
+        hi = tl.where(at_or_before, hi, mid)
+        i += 1
+    tl.store(row_temperature_ptr + rows, tl.load(temperature_ptr + lo, mask=inside), mask=inside)
+    if HAS_TOP_K:
+        tl.store(row_top_k_ptr + rows, tl.load(top_k_ptr + lo, mask=inside), mask=inside)
+    if HAS_TOP_P:
+        tl.store(row_top_p_ptr + rows, tl.load(top_p_ptr + lo, mask=inside), mask=inside)
+    if HAS_MIN_P:
+        tl.store(row_min_p_ptr + rows, tl.load(min_p_ptr + lo, mask=inside), mask=inside)
 
 
 @triton.jit(do_not_specialize=["num_rows", "logits_stride", "out_stride", "vocab_size"])
@@ -1041,6 +1084,45 @@ def _launch_block_v(vocab_size: int, device: torch.device) -> int:
     if device.type == "cpu":
         return max(MIN_BLOCK_V, min(INTERPRETER_MAX_BLOCK_V, int(triton.next_power_of_2(vocab_size))))
     return default_block_v(vocab_size)
+
+
+def row_parameters(
+    cu_num_drafts: torch.Tensor,
+    num_rows: int,
+    extra: int,
+    temperature: torch.Tensor,
+    top_k: torch.Tensor | None,
+    top_p: torch.Tensor | None,
+    min_p: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+    """Each of ``num_rows`` rows' temperature, ``top_k``, ``top_p`` and ``min_p`` (``None`` where the
+    request's is), in one launch (`row_params_kernel`) on the device, without a host synchronisation:
+    request ``b`` owns rows ``[cu[b] + extra b, cu[b + 1] + extra (b + 1))`` (``extra`` 1: the target
+    rows, ``n_b + 1`` a request; 0: the draft rows). The tensors are a validated batch's."""
+    device, num_requests = temperature.device, temperature.shape[0]
+    row_temperature = torch.empty(num_rows, dtype=torch.float32, device=device)
+    gathered = [
+        None if p is None else torch.empty(num_rows, dtype=p.dtype, device=device)
+        for p in (top_k, top_p, min_p)
+    ]
+    if num_rows == 0:
+        return row_temperature, *gathered  # type: ignore[return-value]
+    # Parameters the launch does not read get the temperature's pointer.
+    given = [temperature if p is None else p for p in (top_k, top_p, min_p)]
+    out = [row_temperature if g is None else g for g in gathered]
+    pdl = programmatic_launch(device)
+    row_params_kernel[(-(-num_rows // PARAMS_BLOCK),)](
+        cu_num_drafts, temperature, *given, row_temperature, *out, num_rows, num_requests,
+        max(num_requests, 1).bit_length(), EXTRA=extra, HAS_TOP_K=top_k is not None,
+        HAS_TOP_P=top_p is not None, HAS_MIN_P=min_p is not None, BLOCK=PARAMS_BLOCK, PDL=pdl,
+        **_pdl_options(pdl),
+    )  # fmt: skip
+    return row_temperature, *gathered  # type: ignore[return-value]
+
+
+def _pdl_options(pdl: bool) -> dict[str, bool]:
+    """A programmatically dependent launch's option (`kernels.launch.programmatic_launch`)."""
+    return {"launch_pdl": True} if pdl else {}
 
 
 def filter_thresholds(
@@ -1200,35 +1282,40 @@ def filter_thresholds(
         else max(block_v, min(SCAN_BLOCK, int(triton.next_power_of_2(vocab_size))))
     )
     grid, per_row = (rows, num_chunks), (rows,)
+    pdl = programmatic_launch(device)
+    dependent = _pdl_options(pdl)
     # The interpreter computes both branches of a tl.where in numpy: -inf - -inf is expected there.
     quiet = np.errstate(all="ignore") if device.type == "cpu" else contextlib.nullcontext()
     with quiet:
         filter_stats_kernel[grid](
             logits, temperature, chunk_stats, tile_max, chunk_count, stride, vocab_size, num_tiles,
-            BLOCK_V=block_v, TILE=tile, TILES_PER_CHUNK=tiles_per_chunk,
+            BLOCK_V=block_v, TILE=tile, TILES_PER_CHUNK=tiles_per_chunk, PDL=pdl, **dependent,
         )  # fmt: skip
         filter_start_kernel[per_row](
             temperature, k_ptr, p_ptr, min_p_ptr, chunk_stats, tile_max, row_stats, row_state,
             vocab_size, num_chunks, num_tiles, HAS_TOP_K=has_top_k, HAS_TOP_P=has_top_p,
-            HAS_MIN_P=has_min_p, TILES=int(triton.next_power_of_2(num_tiles)),
+            HAS_MIN_P=has_min_p, TILES=int(triton.next_power_of_2(num_tiles)), PDL=pdl, **dependent,
         )  # fmt: skip
         if has_top_p:
             for second in (False, True):
                 filter_mass_kernel[grid](
                     logits, temperature, p_ptr, row_stats, row_state, masses[0], masses[second], stride,
                     vocab_size, num_chunks, SECOND=second, WAYS=first_ways, BLOCK_V=mass_block,
-                    TILES=tiles_per_chunk * block_v // mass_block, num_warps=SELECT_WARPS,
+                    TILES=tiles_per_chunk * block_v // mass_block, num_warps=SELECT_WARPS, PDL=pdl,
+                    **dependent,
                 )  # fmt: skip
         filter_compact_kernel[grid](
             logits, temperature, chunk_stats, tile_max, row_stats, row_state, masses[1], regions, chunk_count,
             chunk_min, stride, vocab_size, num_chunks, num_tiles,
-            WAYS=first_ways, BLOCK_V=block_v, TILES=tiles_per_chunk, SHARE=share, TILE=tile,
+            WAYS=first_ways, BLOCK_V=block_v, TILES=tiles_per_chunk, SHARE=share, TILE=tile, PDL=pdl,
+            **dependent,
         )  # fmt: skip
         filter_select_kernel[per_row](
             logits, temperature, k_ptr, p_ptr, row_stats, row_state, candidates, regions, chunk_count,
             chunk_min, thresholds, stride, vocab_size, num_chunks, capacity, search_passes,
             HAS_TOP_K=has_top_k, HAS_TOP_P=has_top_p, WAYS=search_ways, BLOCK_V=search_block,
             SCAN=scan_block, CAPACITY=block_capacity, SHARE=share, GROUP=group, num_warps=SELECT_WARPS,
+            PDL=pdl, **dependent,
         )  # fmt: skip
     return thresholds
 

@@ -18,12 +18,15 @@ from collections.abc import Collection, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 import triton
 from triton.runtime import driver
 
 # Triton releases (major.minor) whose launch internals `launch_cached` was written against.
 SUPPORTED_TRITON = frozenset({"3.6"})
 DIRECT_LAUNCH_ENV = "SPECSAMPLE_DIRECT_LAUNCH"
+# Set to 0, launches are not programmatically dependent (`programmatic_launch`).
+PDL_ENV = "SPECSAMPLE_PDL"
 # Stands for an argument that a call's buffers give, in a launch's argument template.
 _FROM_BUFFERS = object()
 
@@ -115,6 +118,18 @@ def direct_launch_ready() -> bool:
     hooks = (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook)
     # Triton 3.6 keeps the hooks in chains, empty unless a hook was added.
     return not any(hook is not None and getattr(hook, "calls", True) for hook in hooks)
+
+
+def programmatic_launch(device: torch.device) -> bool:
+    """Whether a call's launches after the first (the sampler's and the filters') are programmatically
+    dependent launches on ``device``: on a GPU of compute capability 9.0 or later, unless
+    ``SPECSAMPLE_PDL=0``. The driver then places each launch's programs while the launch before it
+    finishes, and they wait for it in the kernel (`rules.after_previous_launch`) instead of behind a
+    launch gap. A plan made with it stays cached, so the variable counts when a batch structure is
+    first seen."""
+    if device.type != "cuda" or os.environ.get(PDL_ENV, "") == "0":
+        return False
+    return torch.cuda.get_device_capability(device)[0] >= 9
 
 
 def current_device() -> int:

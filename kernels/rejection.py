@@ -57,7 +57,8 @@ import torch
 
 from specsample.kernels import launch, rows_kernels
 from specsample.kernels import rejection_kernels as jit
-from specsample.kernels.filters import apply_thresholds, filter_thresholds
+from specsample.kernels.filters import apply_thresholds, filter_thresholds, row_parameters
+from specsample.kernels.launch import programmatic_launch
 from specsample.kernels.records import GEOMETRY, SPLIT, WORKSPACE
 from specsample.kernels.rules import ALL_ROWS, NOISE_GROUP, TARGET_ROWS
 from specsample.reference.contract import Capabilities, SpecBatch, SpecOutput, validate_batch
@@ -72,8 +73,6 @@ CHECK_VALUES_ENV = "SPECSAMPLE_CHECK_VALUES"
 # The default is "rows" on the CPU and "split" on a GPU; this environment variable, or the
 # `rejection_sample` argument, picks one for both.
 LAUNCH_PLAN_ENV = "SPECSAMPLE_LAUNCH_PLAN"
-# Set to 0, the split plan's launches are not programmatically dependent (`programmatic_launch`).
-PDL_ENV = "SPECSAMPLE_PDL"
 LAUNCH_PLANS = ("split", "rows")
 # A rows-plan program holds its requests' rows as one [requests, positions, vocabulary tile] tile
 # of at most this many elements, its vocabulary tile at most this many tokens. Under the
@@ -310,17 +309,6 @@ def _read_bounds(batch: SpecBatch, num_draft_rows: int, slot_capacity: int) -> d
         max_num_drafts=batch.resolved_max_num_drafts(),
         vocab_size=batch.vocab_size,
     )
-
-
-def programmatic_launch(device: torch.device) -> bool:
-    """Whether a plan's launches after the first are programmatically dependent launches on
-    ``device``: on a GPU of compute capability 9.0 or later, unless ``SPECSAMPLE_PDL=0``. The driver
-    then places each launch's programs while the launch before it finishes, and they wait for it in
-    the kernel (`rejection_kernels._after_previous_launch`) instead of behind a launch gap. A plan
-    made with it stays cached, so the variable counts when a batch structure is first seen."""
-    if device.type != "cuda" or os.environ.get(PDL_ENV, "") == "0":
-        return False
-    return torch.cuda.get_device_capability(device)[0] >= 9
 
 
 def make_plan(batch: SpecBatch, filtered: int = 0) -> Plan:
@@ -697,39 +685,36 @@ def rejection_sample(
 def _row_thresholds(batch: SpecBatch, plan: str) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Each target row's threshold (`kernels.filters.filter_thresholds`, in launch plan ``plan``) and,
     with ``draft_filter``, each draft row's (``[D]``, or ``[S * K]`` of slotted drafts: rows no request
-    reads are greedy, so ``-inf``); ``None`` without it. No host synchronisation: rows are mapped to
-    their requests on the device, from shapes known on the host."""
-    device, num_requests = batch.device, batch.num_requests
-    counts = (batch.cu_num_drafts[1:] - batch.cu_num_drafts[:-1]).to(torch.int64)
-    requests = torch.arange(num_requests, device=device)
+    reads are greedy, so ``-inf``); ``None`` without it. No host synchronisation: each row's
+    parameters are gathered on the device (`kernels.filters.row_parameters`, one launch), from
+    shapes known on the host."""
+    params = [getattr(batch, name) for name in FILTERS]
 
-    def thresholds(
-        logits: torch.Tensor, owner: torch.Tensor, sampled: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        temperature = batch.temperature[owner]
-        if sampled is not None:  # rows no request reads: greedy, so left as they are
-            temperature = torch.where(sampled, temperature, 0.0)
-        params = {
-            name: None if getattr(batch, name) is None else getattr(batch, name)[owner] for name in FILTERS
-        }
-        return filter_thresholds(logits, temperature, **params, check_values=False, plan=plan)
+    def thresholds(logits: torch.Tensor, extra: int) -> torch.Tensor:
+        gathered = row_parameters(batch.cu_num_drafts, logits.shape[0], extra, batch.temperature, *params)
+        return filter_thresholds(logits, *gathered, check_values=False, plan=plan)
 
-    rows = batch.target_logits.shape[0]
-    owner = torch.repeat_interleave(requests, counts + 1, output_size=rows)
-    target = thresholds(batch.target_logits, owner)
+    target = thresholds(batch.target_logits, 1)
     draft = batch.draft_logits
     if not batch.draft_filter or draft is None:
         return target, None
     if draft.dim() == 2:
-        owner = torch.repeat_interleave(requests, counts, output_size=draft.shape[0])
-        empty = torch.empty(0, dtype=torch.float32, device=device)
-        return target, thresholds(draft, owner) if draft.shape[0] else empty
+        empty = torch.empty(0, dtype=torch.float32, device=batch.device)
+        return target, thresholds(draft, 0) if draft.shape[0] else empty
+    # Slotted drafts: a slot's rows belong to the request that names it; rows of a slot no request
+    # names are greedy.
     assert batch.draft_slot is not None
     num_slots, capacity, vocab_size = draft.shape
-    slot_owner = torch.full((num_slots,), -1, dtype=torch.int64, device=device)
+    requests = torch.arange(batch.num_requests, device=batch.device)
+    slot_owner = torch.full((num_slots,), -1, dtype=torch.int64, device=batch.device)
     slot_owner[batch.draft_slot.to(torch.int64)] = requests
     row_owner = slot_owner.repeat_interleave(capacity)
-    return target, thresholds(draft.reshape(-1, vocab_size), row_owner.clamp(min=0), row_owner >= 0)
+    owner = row_owner.clamp(min=0)
+    temperature = torch.where(row_owner >= 0, batch.temperature[owner], 0.0)
+    gathered = [None if param is None else param[owner] for param in params]
+    return target, filter_thresholds(
+        draft.reshape(-1, vocab_size), temperature, *gathered, check_values=False, plan=plan
+    )
 
 
 def _unfiltered(batch: SpecBatch, **logits: torch.Tensor) -> SpecBatch:

@@ -37,7 +37,7 @@ runs up to four launches:
 
 On a GPU of compute capability 9.0 or later, launches 2 to 4 are programmatically dependent
 (`kernels.rejection.programmatic_launch`): the driver places a launch's programs while the one
-before it finishes, and each program first waits for it (`_after_previous_launch`), which saves
+before it finishes, and each program first waits for it (`rules.after_previous_launch`), which saves
 the launch gaps (H200, B=64 n=4 V=128256: 4 us of 103).
 
 Numbers follow `reference.law`: NaN logits count as ``-inf``; a row with ``+inf`` logits is uniform
@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from specsample.kernels.records import GEOMETRY, INFO_FLOAT, INFO_INT, ROW_FLOAT, ROW_INT, SPLIT
 from specsample.kernels.rules import (
@@ -69,6 +68,7 @@ from specsample.kernels.rules import (
     TREE,
     accept_uniform,
     accepts,
+    after_previous_launch,
     block_keep_probability,
     block_keys,
     block_log_ratio,
@@ -104,18 +104,6 @@ from specsample.kernels.rules import (
 FAST_MASS_FLOOR = tl.constexpr(2.0**-60)
 # The largest log-sum of a final row's residual that the sampling pass's fast way takes (`_fast_row`).
 FAST_LOG_SUM = tl.constexpr(600.0)
-
-
-@triton.jit
-def _after_previous_launch(PDL: tl.constexpr):
-    """Where a call's launches after the first are programmatically dependent (``PDL``, sm_90 and
-    later): wait until the previous launch has finished and its writes are visible, then let the
-    next launch place its programs, which wait here in turn. Called before any write and any read
-    of what a launch writes; the batch's own tensors, which no launch writes, may be read first,
-    while the previous launch finishes."""
-    if PDL:
-        gdc_wait()
-        gdc_launch_dependents()
 
 
 @triton.jit
@@ -899,7 +887,7 @@ def block_keep_kernel(
     width = max_num_drafts + 1
     draft_start, num_drafts = request_span(cu_ptr, request, max_num_drafts)
     temperature = tl.load(temperature_ptr + request)
-    _after_previous_launch(PDL)
+    after_previous_launch(PDL)
     if (position <= num_drafts) & (temperature > 0.0):
         row_float_ptr = _record(work_ptr, geometry_ptr, GEOMETRY.row_float, tl.float32)
         out_row = request.to(tl.int64) * width
@@ -1309,7 +1297,7 @@ def sample_kernel(target_ptr, draft_ptr, draft_ids_ptr, cu_ptr, temperature_ptr,
     info_float = _record(work_ptr, geometry_ptr, GEOMETRY.info_float, tl.float32) + request * INFO_FLOAT.SIZE
     draft_start, num_drafts = request_span(cu_ptr, request, max_num_drafts)
     temperature = tl.load(temperature_ptr + request)
-    _after_previous_launch(PDL)
+    after_previous_launch(PDL)
     stop_flag = tl.load(stop_flag_ptr + request)
     sampled = temperature > 0.0
     width = max_num_drafts + 1
@@ -1479,7 +1467,7 @@ def emit_kernel(
     temperature = tl.load(temperature_ptr + request)
     seed = tl.load(seed_ptr + request)
     step = tl.load(step_ptr + request)
-    _after_previous_launch(PDL)
+    after_previous_launch(PDL)
     info_int = info_int_ptr + request.to(tl.int64) * INFO_INT.SIZE
     mode = tl.load(info_int + INFO_INT.mode)
     if mode != SAMPLE_NONE:
@@ -1533,7 +1521,7 @@ def tree_walk_kernel(draft_ids_ptr, cu_ptr, rates_ptr, work_ptr, geometry_ptr, t
     )
     inside = is_node & (draft_start + nodes < num_draft_ids)
     parents = tl.load(rates_ptr + draft_start + nodes, mask=inside, other=-2).to(tl.int64)
-    _after_previous_launch(PDL)
+    after_previous_launch(PDL)
     width = max_num_drafts + 1
     out_row = request.to(tl.int64) * width
     nodes_row = request.to(tl.int64) * max_num_drafts

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from specsample.reference.methods import METHODS
 
@@ -50,6 +51,18 @@ LOG_ZERO = tl.constexpr(-745.1332191019412)
 MAX_TEMPERATURE = tl.constexpr(1e30)
 NEG_INF = tl.constexpr(float("-inf"))
 NO_SPLIT = tl.constexpr(2**30)
+
+
+@triton.jit
+def after_previous_launch(PDL: tl.constexpr):
+    """Where a call's launches after the first are programmatically dependent (``PDL``, sm_90 and
+    later, `kernels.launch.programmatic_launch`): wait until the previous launch has finished and its
+    writes are visible, then let the next launch place its programs, which wait here in turn. Called
+    before any write and any read of what a launch writes; the batch's own tensors, which no launch
+    writes, may be read first, while the previous launch finishes."""
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
 
 
 @triton.jit

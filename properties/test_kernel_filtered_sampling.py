@@ -10,7 +10,10 @@ import os
 import numpy as np
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
+from specsample.kernels.filters import row_parameters
 from specsample.kernels.rejection import TritonRejectionSampler, filter_batch, rejection_sample
 from specsample.properties.checks.coupled import agreement
 from specsample.properties.checks.invariants import violations
@@ -240,3 +243,38 @@ def test_the_sampler_declares_filters_unless_told_not_to(monkeypatch: pytest.Mon
     assert TritonRejectionSampler().capabilities.filters == FILTER_FLAGS
     assert TritonRejectionSampler(filters=()).capabilities.filters == ()
     assert TritonRejectionSampler(filters=("top_k",)).capabilities.filters == ("top_k",)
+
+
+@given(
+    counts=st.lists(st.integers(0, 5), min_size=1, max_size=300),
+    extra=st.sampled_from([0, 1]),
+    top_k=st.booleans(),
+    min_p=st.booleans(),
+)
+def test_each_row_gets_its_requests_parameters(
+    counts: list[int], extra: int, top_k: bool, min_p: bool
+) -> None:
+    """`row_parameters` gives each row its request's temperature and sampling parameters, as
+    ``repeat_interleave`` over the requests' row counts does (``n_b + 1`` target rows, ``n_b`` draft
+    rows; requests without drafts among them), for every parameter given or not, in one launch
+    without a host synchronisation. A request's values are unique, so a row given a neighbour's
+    fails."""
+    b = len(counts)
+    n = torch.tensor(counts, dtype=torch.int64)
+    cu = torch.cat((torch.zeros(1, dtype=torch.int64), n.cumsum(0))).to(torch.int32).to(DEVICE)
+    rows = int(n.sum()) + extra * b
+    ids = torch.arange(b, device=DEVICE)
+    temperature = ids.to(torch.float32) / 7
+    params = {
+        "top_k": ids.to(torch.int64) * 3 if top_k else None,
+        "top_p": 1 - ids.to(torch.float32) / 1000,
+        "min_p": ids.to(torch.float32) / 2000 if min_p else None,
+    }
+    owner = torch.repeat_interleave(ids, (n + extra).to(DEVICE), output_size=rows)
+    gathered = row_parameters(cu, rows, extra, temperature, *params.values())
+    assert torch.equal(gathered[0], temperature[owner])
+    for value, param in zip(gathered[1:], params.values(), strict=True):
+        assert (value is None) == (param is None)
+        if param is not None:
+            assert value is not None
+            assert torch.equal(value, param[owner])

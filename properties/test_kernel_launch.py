@@ -88,20 +88,20 @@ def test_programmatic_launch_follows_the_device_and_the_environment(monkeypatch:
     """The split plan's launches after the first are programmatically dependent on a GPU of compute
     capability 9.0 or later unless SPECSAMPLE_PDL=0, and never on the CPU; the outputs are the same
     either way."""
-    monkeypatch.delenv(rejection.PDL_ENV, raising=False)
+    monkeypatch.delenv(launch.PDL_ENV, raising=False)
     batch = _batch()
     expected = DEVICE == "cuda" and torch.cuda.get_device_capability()[0] >= 9
-    assert rejection.programmatic_launch(batch.device) == expected
+    assert launch.programmatic_launch(batch.device) == expected
     launches = rejection.make_plan(batch).launches
     dependent = [item.options.get("launch_pdl", False) for item in launches]
     assert dependent == [False] + [expected] * (len(launches) - 1)
     flags = {dict(zip(item.kernel.arg_names, item.template, strict=True))["PDL"] for item in launches[1:]}
     assert flags == {expected}
     before = rejection.rejection_sample(batch, plan="split")
-    monkeypatch.setenv(rejection.PDL_ENV, "0")
+    monkeypatch.setenv(launch.PDL_ENV, "0")
     rejection._cache.clear()
     try:
-        assert not rejection.programmatic_launch(batch.device)
+        assert not launch.programmatic_launch(batch.device)
         assert not any(item.options.get("launch_pdl", False) for item in rejection.make_plan(batch).launches)
         _assert_same(rejection.rejection_sample(batch, plan="split"), before)
     finally:
@@ -332,13 +332,46 @@ for method, layout, dtype in [(m, "flat", torch.float32) for m in r.KERNEL_METHO
         if split and item.kernel is not r.jit.row_stats_kernel:
             assert options["launch_pdl"] and "griddepcontrol.wait" in compiled.asm["ptx"], kernel.__name__
         print(method, layout, kernel.__name__, "compiled")
+
+# The filters' launches (`filters.row_parameters`, then `filter_thresholds`'s split plan), recorded as
+# an sm_90 GPU would make them, not run: each is programmatically dependent and waits in the kernel.
+from triton.runtime.jit import JITFunction
+from specsample.kernels import filters as f
+f.programmatic_launch = lambda device: True
+recorded = []
+original = JITFunction.__getitem__
+JITFunction.__getitem__ = lambda kernel, grid: lambda *args, **kwargs: recorded.append((kernel, args, kwargs))
+try:
+    params = f.row_parameters(torch.tensor([0, 2], dtype=torch.int32), 3, 1, torch.ones(1),
+                              torch.tensor([5]), torch.tensor([0.9]), torch.tensor([0.1]))
+    f.filter_thresholds(torch.zeros(3, 300), *params, check_values=False, plan="split")
+finally:
+    JITFunction.__getitem__ = original
+assert len(recorded) == 7, [kernel.__name__ for kernel, _, _ in recorded]
+for kernel, args, kwargs in recorded:
+    named = {**dict(zip(kernel.arg_names, args)), **kwargs}
+    options = {"num_warps": named.pop("num_warps", 4), "launch_pdl": named.pop("launch_pdl", False)}
+    signature, constexprs = {}, {}
+    for index, name in enumerate(kernel.arg_names):
+        value = named[name]
+        if index in kernel.constexprs:
+            signature[name], constexprs[(index,)] = "constexpr", value
+        elif isinstance(value, torch.Tensor):
+            signature[name] = "*" + TYPES[value.dtype]
+        else:
+            signature[name] = "i32" if -2**31 <= value < 2**31 else "i64"
+    compiled = triton.compile(ASTSource(fn=kernel, signature=signature, constexprs=constexprs),
+                              target=GPUTarget("cuda", 90, 32), options=options)
+    assert options["launch_pdl"] and "griddepcontrol.wait" in compiled.asm["ptx"], kernel.__name__
+    print("filters", kernel.__name__, "compiled")
 """
 
 
 def test_every_kernel_compiles_for_the_gpu_without_one(tmp_path: pathlib.Path) -> None:
-    """Every launch of both plans, for every method and the draft layouts and dtypes, compiles to an
-    sm_90 cubin (the interpreter runs code a compiler refuses, such as a loop-carried value that
-    changes type: the split plan's block branch once failed so on a GPU only)."""
+    """Every launch of both plans, for every method and the draft layouts and dtypes, and every launch
+    of the filters (each programmatically dependent on sm_90), compiles to an sm_90 cubin (the
+    interpreter runs code a compiler refuses, such as a loop-carried value that changes type: the
+    split plan's block branch once failed so on a GPU only)."""
     environment = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_CACHE_DIR": str(tmp_path)}
     result = subprocess.run(
         [sys.executable, "-c", _COMPILE], env=environment, capture_output=True, text=True, timeout=600,
@@ -346,6 +379,7 @@ def test_every_kernel_compiles_for_the_gpu_without_one(tmp_path: pathlib.Path) -
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.count("compiled") >= 6 * 4, result.stdout
+    assert result.stdout.count("filters") == 7, result.stdout
 
 
 @pytest.mark.parametrize("vocab", [16, 64])
