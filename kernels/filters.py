@@ -66,12 +66,14 @@ temperature are off; ``min_p >= 1`` and ``top_p <= 0`` keep the tokens tied with
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 import triton
 import triton.language as tl
 
+from specsample.kernels import launch
 from specsample.kernels.filter_rows_kernels import filter_rows_kernel
 from specsample.kernels.launch import programmatic_launch
 from specsample.kernels.rules import (
@@ -1086,6 +1088,67 @@ def _launch_block_v(vocab_size: int, device: torch.device) -> int:
     return default_block_v(vocab_size)
 
 
+@dataclass(frozen=True)
+class FilterPlan:
+    """The launches of one call structure (`filter_thresholds`' split plan, or `row_parameters`), made
+    once and cached with their compiled kernels (`kernels.launch.run_cached`), and the call's
+    workspace: each buffer's ``(name, byte offset, dtype, shape)`` in ``nbytes`` bytes."""
+
+    launches: tuple[launch.Launch, ...]
+    layout: tuple[tuple[str, int, torch.dtype, tuple[int, ...]], ...] = ()
+    nbytes: int = 0
+
+    def views(self, work: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The workspace buffers as typed views of ``work`` (``nbytes`` of uint8), by name."""
+        return {
+            name: work[offset : offset + _size(dtype, shape)].view(dtype).view(shape)
+            for name, offset, dtype, shape in self.layout
+        }
+
+    def addresses(self, base: int) -> dict[str, int]:
+        """The workspace buffers' device addresses from the workspace's, by name."""
+        return {name: base + offset for name, offset, _, _ in self.layout}
+
+
+def _size(dtype: torch.dtype, shape: tuple[int, ...]) -> int:
+    return int(np.prod(shape)) * dtype.itemsize
+
+
+# Workspace buffers start at multiples of this many bytes (Triton specialises 16-byte alignment).
+BUFFER_ALIGN = 128
+
+
+def _layout(
+    buffers: dict[str, tuple[torch.dtype, tuple[int, ...]]],
+) -> tuple[tuple[tuple[str, int, torch.dtype, tuple[int, ...]], ...], int]:
+    """``buffers`` (name: dtype and shape) placed one after another, each at a multiple of
+    `BUFFER_ALIGN` bytes: their ``(name, offset, dtype, shape)`` and the bytes in all."""
+    layout, offset = [], 0
+    for name, (dtype, shape) in buffers.items():
+        layout.append((name, offset, dtype, shape))
+        offset += -(-_size(dtype, shape) // BUFFER_ALIGN) * BUFFER_ALIGN
+    return tuple(layout), offset
+
+
+# The filters' plans by call structure, with their compiled kernels.
+_plans = launch.PlanCache(64)
+
+
+def _aligned(*tensors: torch.Tensor | None) -> tuple[bool, ...]:
+    """Which tensors start at a multiple of 16 bytes (Triton specialises on it)."""
+    return tuple(tensor is not None and tensor.data_ptr() % 16 == 0 for tensor in tensors)
+
+
+def _device_key(device: torch.device) -> tuple[str, int | None]:
+    return (device.type, launch.current_device() if device.type == "cuda" else None)
+
+
+PARAMS_BUFFERS = frozenset({
+    "cu_ptr", "temperature_ptr", "top_k_ptr", "top_p_ptr", "min_p_ptr", "row_temperature_ptr",
+    "row_top_k_ptr", "row_top_p_ptr", "row_min_p_ptr",
+})  # fmt: skip
+
+
 def row_parameters(
     cu_num_drafts: torch.Tensor,
     num_rows: int,
@@ -1098,25 +1161,41 @@ def row_parameters(
     """Each of ``num_rows`` rows' temperature, ``top_k``, ``top_p`` and ``min_p`` (``None`` where the
     request's is), in one launch (`row_params_kernel`) on the device, without a host synchronisation:
     request ``b`` owns rows ``[cu[b] + extra b, cu[b + 1] + extra (b + 1))`` (``extra`` 1: the target
-    rows, ``n_b + 1`` a request; 0: the draft rows). The tensors are a validated batch's."""
+    rows, ``n_b + 1`` a request; 0: the draft rows). The tensors are a validated batch's. The launch
+    is planned once per structure and launched directly after (`kernels.launch.run_cached`)."""
     device, num_requests = temperature.device, temperature.shape[0]
     row_temperature = torch.empty(num_rows, dtype=torch.float32, device=device)
-    gathered = [
-        None if p is None else torch.empty(num_rows, dtype=p.dtype, device=device)
-        for p in (top_k, top_p, min_p)
-    ]
+    params = (top_k, top_p, min_p)
+    gathered = [None if p is None else torch.empty(num_rows, dtype=p.dtype, device=device) for p in params]
     if num_rows == 0:
         return row_temperature, *gathered  # type: ignore[return-value]
     # Parameters the launch does not read get the temperature's pointer.
-    given = [temperature if p is None else p for p in (top_k, top_p, min_p)]
-    out = [row_temperature if g is None else g for g in gathered]
-    pdl = programmatic_launch(device)
-    row_params_kernel[(-(-num_rows // PARAMS_BLOCK),)](
-        cu_num_drafts, temperature, *given, row_temperature, *out, num_rows, num_requests,
-        max(num_requests, 1).bit_length(), EXTRA=extra, HAS_TOP_K=top_k is not None,
-        HAS_TOP_P=top_p is not None, HAS_MIN_P=min_p is not None, BLOCK=PARAMS_BLOCK, PDL=pdl,
-        **_pdl_options(pdl),
+    tensors = dict(
+        zip(("cu_ptr", "temperature_ptr", "top_k_ptr", "top_p_ptr", "min_p_ptr"),
+            (cu_num_drafts, temperature, *(temperature if p is None else p for p in params)), strict=True),
+        **dict(zip(("row_temperature_ptr", "row_top_k_ptr", "row_top_p_ptr", "row_min_p_ptr"),
+                   (row_temperature, *(row_temperature if g is None else g for g in gathered)), strict=True)),
     )  # fmt: skip
+    has = tuple(p is not None for p in params)
+    key = (
+        "params", _device_key(device), num_rows, num_requests, extra, has, cu_num_drafts.dtype,
+        *(None if p is None else p.dtype for p in params), _aligned(*tensors.values()),
+    )  # fmt: skip
+
+    def make() -> FilterPlan:
+        pdl = programmatic_launch(device)
+        values = dict(
+            num_rows=num_rows, num_requests=num_requests, steps=max(num_requests, 1).bit_length(),
+            EXTRA=extra, HAS_TOP_K=has[0], HAS_TOP_P=has[1], HAS_MIN_P=has[2], BLOCK=PARAMS_BLOCK, PDL=pdl,
+        )  # fmt: skip
+        grid = (-(-num_rows // PARAMS_BLOCK), 1, 1)
+        return FilterPlan((launch.Launch.of(row_params_kernel, grid, values=values, options=_pdl_options(pdl),
+                                            buffers=PARAMS_BUFFERS),))  # fmt: skip
+
+    def buffers(plan: FilterPlan, direct: bool) -> dict[str, object]:
+        return {name: t.data_ptr() for name, t in tensors.items()} if direct else dict(tensors)
+
+    launch.run_cached(_plans, key, make, buffers, device)
     return row_temperature, *gathered  # type: ignore[return-value]
 
 
@@ -1233,44 +1312,98 @@ def filter_thresholds(
         return thresholds.fill_(float("-inf"))
     if plan == "rows":
         return _rows_thresholds(logits, temperature, top_k, top_p, min_p, thresholds, block_v)
+    if chunks is not None and (not isinstance(chunks, int) or chunks < 1):
+        raise _fail("chunks", f"is {chunks!r}; expected an int >= 1")
+    has = (top_k is not None, top_p is not None, min_p is not None)
+    # Parameters a launch does not read get the temperature's pointer.
+    inputs = {
+        "logits_ptr": logits, "temperature_ptr": temperature,
+        "top_k_ptr": top_k if top_k is not None else temperature,
+        "top_p_ptr": top_p if top_p is not None else temperature,
+        "min_p_ptr": min_p if min_p is not None else temperature, "threshold_ptr": thresholds,
+    }  # fmt: skip
+    key = (
+        "split", _device_key(device), rows, vocab_size, logits.dtype, logits.stride(0), has,
+        None if top_k is None else top_k.dtype, block_v, chunks, capacity, search_passes, search_ways,
+        _aligned(*inputs.values()),
+    )  # fmt: skip
+
+    def make() -> FilterPlan:
+        return _split_plan(rows, vocab_size, logits.stride(0), device, has, block_v, chunks, capacity,
+                           search_passes, search_ways)  # fmt: skip
+
+    # The call's workspace, held until its launches are enqueued (a free after that is ordered after
+    # them on the stream).
+    work: list[torch.Tensor] = []
+
+    def buffers(plan: FilterPlan, direct: bool) -> dict[str, object]:
+        work.append(torch.empty(plan.nbytes, dtype=torch.uint8, device=device))
+        if direct:
+            addresses = {name: tensor.data_ptr() for name, tensor in inputs.items()}
+            return {**addresses, **plan.addresses(work[0].data_ptr())}
+        return {**inputs, **plan.views(work[0])}
+
+    # The interpreter computes both branches of a tl.where in numpy: -inf - -inf is expected there.
+    quiet = np.errstate(all="ignore") if device.type == "cpu" else contextlib.nullcontext()
+    with quiet:
+        launch.run_cached(_plans, key, make, buffers, device)
+    return thresholds
+
+
+# The split plan's kernel parameters that take a call's buffers: its inputs, its output and its
+# workspace (the two top-p passes' masses by the names `_split_plan` gives them).
+SPLIT_BUFFERS = frozenset({
+    "logits_ptr", "temperature_ptr", "top_k_ptr", "top_p_ptr", "min_p_ptr", "threshold_ptr",
+    "chunk_stats_ptr", "tile_max_ptr", "chunk_count_ptr", "row_stats_ptr", "row_state_ptr", "first_ptr",
+    "masses_ptr", "regions_ptr", "chunk_min_ptr", "candidates_ptr",
+})  # fmt: skip
+
+
+def _split_plan(
+    rows: int,
+    vocab_size: int,
+    stride: int,
+    device: torch.device,
+    has: tuple[bool, bool, bool],
+    block_v: int | None,
+    chunks: int | None,
+    capacity: int,
+    search_passes: int,
+    search_ways: int,
+) -> FilterPlan:
+    """`filter_thresholds`' split plan for a call structure: its launches, in order, and its workspace."""
+    has_top_k, has_top_p, has_min_p = has
     if block_v is None:
         block_v = _launch_block_v(vocab_size, device)
     tiles = -(-vocab_size // block_v)
     if chunks is None:
         chunks = default_chunks(rows, tiles, device)
-    elif not isinstance(chunks, int) or chunks < 1:
-        raise _fail("chunks", f"is {chunks!r}; expected an int >= 1")
     tiles_per_chunk = -(-tiles // min(chunks, tiles))
     num_chunks = -(-tiles // tiles_per_chunk)
     tile = maxima_tile(vocab_size, block_v, INTERPRETER_MAX_TILES if device.type == "cpu" else MAX_TILES)
     num_tiles = -(-vocab_size // tile)
-    has_top_k, has_top_p, has_min_p = top_k is not None, top_p is not None, min_p is not None
-    # Parameters a launch does not read get the temperature's pointer.
-    k_ptr = top_k if top_k is not None else temperature
-    p_ptr = top_p if top_p is not None else temperature
-    min_p_ptr = min_p if min_p is not None else temperature
-    chunk_stats = torch.empty(rows, num_chunks, 3, dtype=torch.float32, device=device)
-    tile_max = torch.empty(rows, num_tiles, dtype=torch.float32, device=device)
-    row_stats = torch.empty(rows, STATS_FIELDS.value, dtype=torch.float32, device=device)
-    row_state = torch.empty(rows, STATE_FIELDS.value, dtype=torch.int64, device=device)
-    chunk_min = torch.empty(rows, num_chunks, dtype=torch.float32, device=device)
     # Top-p's first pass, shared by a row's chunks, tries at least FIRST_WAYS values.
     first_ways = max(search_ways, FIRST_WAYS)
-    masses = [
-        torch.empty((rows, num_chunks, first_ways) if has_top_p else (0,), dtype=torch.float32, device=device)
-        for _ in range(2)
-    ]
+    masses_shape = (rows, num_chunks, first_ways) if has_top_p else (0,)
     # Top-p's passes hold a [ways, BLOCK_V] sum a program: at most MASS_TILE elements on a GPU.
     mass_block = block_v if device.type == "cpu" else min(block_v, max(MIN_BLOCK_V, MASS_TILE // first_ways))
     block_capacity = max(MIN_BLOCK_V, int(triton.next_power_of_2(max(capacity, 1))))
     searches = has_top_k or has_top_p
-    candidates = torch.empty(rows if searches else 0, block_capacity, dtype=torch.int32, device=device)
     # Each chunk compacts into a region of its own (`_compact_chunk`), which the row's program gathers.
     share = min(block_capacity, max(MIN_SHARE, int(triton.next_power_of_2(-(-block_capacity // num_chunks)))))
-    regions = torch.empty(rows if searches else 0, num_chunks * share, dtype=torch.int32, device=device)
-    chunk_count = torch.empty(rows, num_chunks, dtype=torch.int32, device=device)
     group = max(1, min(int(triton.next_power_of_2(num_chunks)), PACK_TILE // share))
-    stride = logits.stride(0)
+    layout, nbytes = _layout({
+        "chunk_stats_ptr": (torch.float32, (rows, num_chunks, 3)),
+        "tile_max_ptr": (torch.float32, (rows, num_tiles)),
+        "row_stats_ptr": (torch.float32, (rows, STATS_FIELDS.value)),
+        "row_state_ptr": (torch.int64, (rows, STATE_FIELDS.value)),
+        "chunk_min_ptr": (torch.float32, (rows, num_chunks)),
+        "masses_first": (torch.float32, masses_shape),
+        "masses_second": (torch.float32, masses_shape),
+        "candidates_ptr": (torch.int32, (rows if searches else 0, block_capacity)),
+        "regions_ptr": (torch.int32, (rows if searches else 0, num_chunks * share)),
+        "chunk_count_ptr": (torch.int32, (rows, num_chunks)),
+    })  # fmt: skip
     # A pass of masses or counts holds a [BLOCK_V, ways] tile: at most SEARCH_TILE elements on a GPU.
     search_block = (
         block_v if device.type == "cpu" else min(block_v, max(MIN_BLOCK_V, SEARCH_TILE // search_ways))
@@ -1281,43 +1414,42 @@ def filter_thresholds(
         if device.type == "cpu"
         else max(block_v, min(SCAN_BLOCK, int(triton.next_power_of_2(vocab_size))))
     )
-    grid, per_row = (rows, num_chunks), (rows,)
+    grid, per_row = (rows, num_chunks, 1), (rows, 1, 1)
     pdl = programmatic_launch(device)
     dependent = _pdl_options(pdl)
-    # The interpreter computes both branches of a tl.where in numpy: -inf - -inf is expected there.
-    quiet = np.errstate(all="ignore") if device.type == "cpu" else contextlib.nullcontext()
-    with quiet:
-        filter_stats_kernel[grid](
-            logits, temperature, chunk_stats, tile_max, chunk_count, stride, vocab_size, num_tiles,
-            BLOCK_V=block_v, TILE=tile, TILES_PER_CHUNK=tiles_per_chunk, PDL=pdl, **dependent,
-        )  # fmt: skip
-        filter_start_kernel[per_row](
-            temperature, k_ptr, p_ptr, min_p_ptr, chunk_stats, tile_max, row_stats, row_state,
-            vocab_size, num_chunks, num_tiles, HAS_TOP_K=has_top_k, HAS_TOP_P=has_top_p,
-            HAS_MIN_P=has_min_p, TILES=int(triton.next_power_of_2(num_tiles)), PDL=pdl, **dependent,
-        )  # fmt: skip
-        if has_top_p:
-            for second in (False, True):
-                filter_mass_kernel[grid](
-                    logits, temperature, p_ptr, row_stats, row_state, masses[0], masses[second], stride,
-                    vocab_size, num_chunks, SECOND=second, WAYS=first_ways, BLOCK_V=mass_block,
-                    TILES=tiles_per_chunk * block_v // mass_block, num_warps=SELECT_WARPS, PDL=pdl,
-                    **dependent,
-                )  # fmt: skip
-        filter_compact_kernel[grid](
-            logits, temperature, chunk_stats, tile_max, row_stats, row_state, masses[1], regions, chunk_count,
-            chunk_min, stride, vocab_size, num_chunks, num_tiles,
-            WAYS=first_ways, BLOCK_V=block_v, TILES=tiles_per_chunk, SHARE=share, TILE=tile, PDL=pdl,
-            **dependent,
-        )  # fmt: skip
-        filter_select_kernel[per_row](
-            logits, temperature, k_ptr, p_ptr, row_stats, row_state, candidates, regions, chunk_count,
-            chunk_min, thresholds, stride, vocab_size, num_chunks, capacity, search_passes,
-            HAS_TOP_K=has_top_k, HAS_TOP_P=has_top_p, WAYS=search_ways, BLOCK_V=search_block,
-            SCAN=scan_block, CAPACITY=block_capacity, SHARE=share, GROUP=group, num_warps=SELECT_WARPS,
-            PDL=pdl, **dependent,
-        )  # fmt: skip
-    return thresholds
+    wide = dict(num_warps=SELECT_WARPS, **dependent)
+    common = dict(vocab_size=vocab_size, PDL=pdl)
+
+    def of(kernel: object, grid: tuple[int, int, int], options: dict[str, object],
+           sources: dict[str, str] | None = None, **values: object) -> launch.Launch:  # fmt: skip
+        return launch.Launch.of(kernel, grid, values={**common, **values}, options=options,
+                                buffers=SPLIT_BUFFERS, sources=sources)  # fmt: skip
+
+    launches = [
+        of(filter_stats_kernel, grid, dependent, logits_stride=stride, num_tiles=num_tiles, BLOCK_V=block_v,
+           TILE=tile, TILES_PER_CHUNK=tiles_per_chunk),
+        of(filter_start_kernel, per_row, dependent, num_chunks=num_chunks, num_tiles=num_tiles,
+           HAS_TOP_K=has_top_k, HAS_TOP_P=has_top_p, HAS_MIN_P=has_min_p,
+           TILES=int(triton.next_power_of_2(num_tiles))),
+    ]  # fmt: skip
+    if has_top_p:
+        for second in (False, True):
+            masses = "masses_second" if second else "masses_first"
+            launches.append(
+                of(filter_mass_kernel, grid, wide, {"first_ptr": "masses_first", "masses_ptr": masses},
+                   logits_stride=stride, num_chunks=num_chunks, SECOND=second, WAYS=first_ways,
+                   BLOCK_V=mass_block, TILES=tiles_per_chunk * block_v // mass_block)
+            )  # fmt: skip
+    launches += [
+        of(filter_compact_kernel, grid, dependent, {"masses_ptr": "masses_second"}, logits_stride=stride,
+           num_chunks=num_chunks, num_tiles=num_tiles, WAYS=first_ways, BLOCK_V=block_v,
+           TILES=tiles_per_chunk, SHARE=share, TILE=tile),
+        of(filter_select_kernel, per_row, wide, logits_stride=stride, num_chunks=num_chunks,
+           capacity=capacity, passes=search_passes, HAS_TOP_K=has_top_k, HAS_TOP_P=has_top_p,
+           WAYS=search_ways, BLOCK_V=search_block, SCAN=scan_block, CAPACITY=block_capacity, SHARE=share,
+           GROUP=group),
+    ]  # fmt: skip
+    return FilterPlan(tuple(launches), layout, nbytes)
 
 
 def _rows_thresholds(

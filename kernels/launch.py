@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
-from collections.abc import Collection, Hashable, Iterable, Mapping
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,9 +69,11 @@ class Launch:
         values: Mapping[str, Any],
         options: Mapping[str, Any],
         buffers: Collection[str],
+        sources: Mapping[str, str] | None = None,
     ) -> Launch:
         """The launch of ``kernel`` on ``grid``: ``values`` fixed by the plan (counts, strides,
-        constexprs), and each parameter named in ``buffers`` taken from a call's buffer of that name.
+        constexprs), and each parameter named in ``buffers`` taken from a call's buffer of that name,
+        or of the name ``sources`` gives it (a kernel launched twice on different buffers).
 
         Raises:
             ValueError: a parameter has no argument, a value names no parameter or is also a buffer.
@@ -81,7 +83,10 @@ class Launch:
             raise ValueError(f"{kernel.__name__}: values that are also buffers: {', '.join(twice)}")
         open_slots = {name: _FROM_BUFFERS for name in kernel.arg_names if name in buffers}
         template = kernel_arguments(kernel, {**values, **open_slots})
-        slots = tuple((i, name) for i, name in enumerate(kernel.arg_names) if name in open_slots)
+        renamed = sources or {}
+        slots = tuple(
+            (i, renamed.get(name, name)) for i, name in enumerate(kernel.arg_names) if name in open_slots
+        )
         return cls(kernel, grid, template, slots, dict(options))
 
     def arguments(self, buffers: Mapping[str, Any]) -> list[Any]:
@@ -187,3 +192,25 @@ class PlanCache(OrderedDict[Hashable, tuple[Any, list[CachedLaunch]]]):
         self.move_to_end(key)
         if len(self) > self.size:
             self.popitem(last=False)
+
+
+def run_cached(
+    cache: PlanCache,
+    key: Hashable,
+    make: Callable[[], Any],
+    buffers: Callable[[Any, bool], Mapping[str, Any]],
+    device: torch.device,
+) -> Any:
+    """Launch the plan cached under ``key`` (``make()`` the first time), which holds its ``launches``:
+    directly from its compiled kernels where `direct_launch_ready`, on ``buffers(plan, True)`` (device
+    addresses by buffer name), else through Triton's dispatch on ``buffers(plan, False)`` (tensors),
+    keeping the compiled kernels on a GPU for the next call. Returns the plan."""
+    entry = cache.get(key)
+    if entry is not None and entry[1] and device.type == "cuda" and direct_launch_ready():
+        plan, compiled = entry
+        launch_cached(plan.launches, compiled, buffers(plan, True), current_device())
+        return plan
+    plan = make() if entry is None else entry[0]
+    compiled = dispatch(plan.launches, buffers(plan, False), keep=device.type == "cuda")
+    cache.put(key, plan, compiled)
+    return plan

@@ -12,7 +12,7 @@ import pytest
 import torch
 import triton
 
-from specsample.kernels import interpret, launch, rejection, rows_kernels
+from specsample.kernels import filters, interpret, launch, rejection, rows_kernels
 from specsample.kernels import rejection_kernels as jit
 from specsample.kernels.records import GEOMETRY, ROW_FLOAT, SPLIT
 from specsample.reference.contract import RequestData, SpecBatch, SpecOutput, make_batch
@@ -82,6 +82,33 @@ def test_environment_variable_turns_the_direct_launch_off(monkeypatch: pytest.Mo
     calls = _dispatches(monkeypatch)
     _assert_same(rejection.rejection_sample(batch, plan="split"), before)
     assert calls == [1]
+
+
+def test_the_filters_plan_each_call_structure_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`filter_thresholds`' split plan is made once per call structure and kept with its launches
+    (`launch.run_cached`; on a GPU its compiled kernels are then launched directly): a second call of
+    the same structure makes no plan and gives the same thresholds, on new tensors of the same
+    shapes too; a call with another row count makes its own."""
+    made: list[int] = []
+    split_plan = filters._split_plan
+
+    def counted(rows: int, *args: object) -> filters.FilterPlan:
+        made.append(rows)
+        return split_plan(rows, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(filters, "_split_plan", counted)
+    monkeypatch.setattr(filters, "_plans", launch.PlanCache(8))
+    rng = np.random.default_rng(3)
+    logits = torch.tensor(rng.normal(size=(3, 300)), dtype=torch.float32)
+    temperature, top_k, top_p = torch.ones(3), torch.tensor([5, 0, 300]), torch.tensor([0.9, 0.5, 1.0])
+    first = filters.filter_thresholds(logits, temperature, top_k, top_p, plan="split")
+    again = filters.filter_thresholds(logits.clone(), temperature.clone(), top_k, top_p, plan="split")
+    assert made == [3]
+    assert torch.equal(first, again)
+    assert first.isfinite().tolist() == [True, True, False]
+    fewer = filters.filter_thresholds(logits[:2], temperature[:2], top_k[:2], top_p[:2], plan="split")
+    assert made == [3, 2]
+    assert torch.equal(fewer, first[:2])
 
 
 def test_programmatic_launch_follows_the_device_and_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
