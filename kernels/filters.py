@@ -1157,15 +1157,25 @@ def row_parameters(
     top_k: torch.Tensor | None,
     top_p: torch.Tensor | None,
     min_p: torch.Tensor | None,
+    *,
+    kernel: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
     """Each of ``num_rows`` rows' temperature, ``top_k``, ``top_p`` and ``min_p`` (``None`` where the
-    request's is), in one launch (`row_params_kernel`) on the device, without a host synchronisation:
-    request ``b`` owns rows ``[cu[b] + extra b, cu[b + 1] + extra (b + 1))`` (``extra`` 1: the target
-    rows, ``n_b + 1`` a request; 0: the draft rows). The tensors are a validated batch's. The launch
-    is planned once per structure and launched directly after (`kernels.launch.run_cached`)."""
+    request's is), without a host synchronisation: request ``b`` owns rows ``[cu[b] + extra b, cu[b +
+    1] + extra (b + 1))`` (``extra`` 1: the target rows, ``n_b + 1`` a request; 0: the draft rows).
+    The tensors are a validated batch's.
+
+    With ``kernel`` (default: on a GPU), one launch (`row_params_kernel`), planned once per structure
+    and launched directly after (`kernels.launch.run_cached`): a dozen PyTorch launches fewer. Else
+    PyTorch's ``repeat_interleave`` and indexing, which the interpreter's launch (12 ms) would slow."""
     device, num_requests = temperature.device, temperature.shape[0]
-    row_temperature = torch.empty(num_rows, dtype=torch.float32, device=device)
     params = (top_k, top_p, min_p)
+    if not (device.type == "cuda" if kernel is None else kernel):
+        counts = (cu_num_drafts[1:] - cu_num_drafts[:-1]).to(torch.int64) + extra
+        requests = torch.arange(num_requests, device=device)
+        owner = torch.repeat_interleave(requests, counts, output_size=num_rows)
+        return temperature[owner], *(None if p is None else p[owner] for p in params)  # type: ignore[return-value]
+    row_temperature = torch.empty(num_rows, dtype=torch.float32, device=device)
     gathered = [None if p is None else torch.empty(num_rows, dtype=p.dtype, device=device) for p in params]
     if num_rows == 0:
         return row_temperature, *gathered  # type: ignore[return-value]

@@ -250,15 +250,16 @@ def test_the_sampler_declares_filters_unless_told_not_to(monkeypatch: pytest.Mon
     extra=st.sampled_from([0, 1]),
     top_k=st.booleans(),
     min_p=st.booleans(),
+    kernel=st.booleans(),
 )
 def test_each_row_gets_its_requests_parameters(
-    counts: list[int], extra: int, top_k: bool, min_p: bool
+    counts: list[int], extra: int, top_k: bool, min_p: bool, kernel: bool
 ) -> None:
     """`row_parameters` gives each row its request's temperature and sampling parameters, as
     ``repeat_interleave`` over the requests' row counts does (``n_b + 1`` target rows, ``n_b`` draft
     rows; requests without drafts among them), for every parameter given or not, in one launch
     without a host synchronisation. A request's values are unique, so a row given a neighbour's
-    fails."""
+    fails. Both ways: the kernel's (a GPU's) and PyTorch's (the interpreter's)."""
     b = len(counts)
     n = torch.tensor(counts, dtype=torch.int64)
     cu = torch.cat((torch.zeros(1, dtype=torch.int64), n.cumsum(0))).to(torch.int32).to(DEVICE)
@@ -271,7 +272,7 @@ def test_each_row_gets_its_requests_parameters(
         "min_p": ids.to(torch.float32) / 2000 if min_p else None,
     }
     owner = torch.repeat_interleave(ids, (n + extra).to(DEVICE), output_size=rows)
-    gathered = row_parameters(cu, rows, extra, temperature, *params.values())
+    gathered = row_parameters(cu, rows, extra, temperature, *params.values(), kernel=kernel)
     assert torch.equal(gathered[0], temperature[owner])
     for value, param in zip(gathered[1:], params.values(), strict=True):
         assert (value is None) == (param is None)

@@ -370,7 +370,7 @@ original = JITFunction.__getitem__
 JITFunction.__getitem__ = lambda kernel, grid: lambda *args, **kwargs: recorded.append((kernel, args, kwargs))
 try:
     params = f.row_parameters(torch.tensor([0, 2], dtype=torch.int32), 3, 1, torch.ones(1),
-                              torch.tensor([5]), torch.tensor([0.9]), torch.tensor([0.1]))
+                              torch.tensor([5]), torch.tensor([0.9]), torch.tensor([0.1]), kernel=True)
     f.filter_thresholds(torch.zeros(3, 300), *params, check_values=False, plan="split")
 finally:
     JITFunction.__getitem__ = original
