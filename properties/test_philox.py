@@ -19,6 +19,7 @@ from specsample.reference.schemes import (
     NOISE_RUN,
     RAND_MIN,
     SAMPLE_PURPOSE,
+    CanonicalV3,
     stream_offsets,
 )
 
@@ -255,3 +256,40 @@ def test_mrv2_scheme_is_bit_identical_to_triton() -> None:
     expected = MRV2.gumbel_noise(seeds, steps, positions, vocab)
     np.testing.assert_array_equal(expected.uniforms, noise.cpu().numpy())
     assert expected.uniforms.min() >= np.float32(RAND_MIN)
+
+
+def test_noise_asked_again_is_the_same_and_read_only() -> None:
+    """`CanonicalV3` keeps the noise it computed (`_NoiseMemo`): the same inputs give the very arrays
+    of the first call, equal to a fresh scheme's; other inputs (a seed, a step, a row, V) give their
+    own; the arrays are read-only, so no caller changes what another gets; past its byte budget the
+    least recently used noise is dropped and computed again."""
+    scheme, fresh = CanonicalV3(), CanonicalV3()
+    seeds, steps = np.array([5, 7, 9], dtype=np.int64), np.array([0, 3, 1], dtype=np.int64)
+    first = scheme.gumbel_noise(seeds, steps, 2, 3000)
+    again = scheme.gumbel_noise(seeds.copy(), steps.copy(), np.array(2), 3000)
+    assert again.gumbel is first.gumbel and again.uniforms is first.uniforms
+    expected = fresh.gumbel_noise(seeds, steps, 2, 3000)
+    for got, want in zip(
+        (first.uniforms, first.gumbel, first.tolerance, first.block_uniform),
+        (expected.uniforms, expected.gumbel, expected.tolerance, expected.block_uniform),
+        strict=True,
+    ):
+        assert np.array_equal(got, want)
+        assert not got.flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        first.gumbel[0, 0] = 0.0
+    for other in (
+        scheme.gumbel_noise(seeds + 1, steps, 2, 3000),
+        scheme.gumbel_noise(seeds, steps + 1, 2, 3000),
+        scheme.gumbel_noise(seeds, steps, 1, 3000),
+    ):
+        assert not np.array_equal(other.uniforms, first.uniforms)
+    # A token's noise does not depend on V: a row one token shorter has the same noise, its own arrays.
+    shorter = scheme.gumbel_noise(seeds, steps, 2, 2999)
+    assert shorter.uniforms.shape == (3, 2999) and np.array_equal(shorter.uniforms, first.uniforms[:, :2999])
+    small = CanonicalV3()
+    small._memo.budget = first.uniforms.nbytes * 6  # room for one row set's noise, not two
+    kept = small.gumbel_noise(seeds, steps, 2, 3000)
+    small.gumbel_noise(seeds + 1, steps, 2, 3000)
+    assert small._memo.held <= small._memo.budget
+    assert small.gumbel_noise(seeds, steps, 2, 3000).gumbel is not kept.gumbel

@@ -47,6 +47,7 @@ Two schemes ship:
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Protocol, runtime_checkable
 
@@ -176,11 +177,65 @@ def _column(values: npt.ArrayLike) -> npt.NDArray[np.generic]:
     return np.asarray(values).reshape(-1, 1)
 
 
+# The most bytes of noise `CanonicalV3` keeps (`_NoiseMemo`).
+NOISE_MEMO_BYTES = 512 * 2**20
+
+
+class _NoiseMemo:
+    """Noise already computed, by its inputs, least recently used dropped past ``budget`` bytes.
+
+    Noise is a function of ``(seed, step, position, V)`` alone, and the same rows' noise is asked
+    for again and again (each planted bug of a self-test walks the same cases, and Philox in numpy
+    is most of a walk's time). The arrays are read-only, so no caller can change another's."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.held = 0
+        self.entries: OrderedDict[tuple[object, ...], Noise] = OrderedDict()
+
+    @staticmethod
+    def key(
+        seed: npt.ArrayLike, step: npt.ArrayLike, rows: npt.ArrayLike, vocab_size: int
+    ) -> tuple[object, ...]:
+        arrays = [np.ascontiguousarray(a) for a in (seed, step, rows)]
+        return (vocab_size, *((a.dtype.str, a.shape, a.tobytes()) for a in arrays))
+
+    def get(self, key: tuple[object, ...]) -> Noise | None:
+        noise = self.entries.get(key)
+        if noise is not None:
+            self.entries.move_to_end(key)
+        return noise
+
+    def put(self, key: tuple[object, ...], noise: Noise) -> Noise:
+        """Keep ``noise`` under ``key``, its arrays made read-only; return it."""
+        for array in _arrays(noise):
+            array.flags.writeable = False
+        size = _nbytes(noise)
+        if size <= self.budget:
+            self.entries[key] = noise
+            self.held += size
+            while self.held > self.budget:
+                self.held -= _nbytes(self.entries.popitem(last=False)[1])
+        return noise
+
+
+def _arrays(noise: Noise) -> list[npt.NDArray[np.generic]]:
+    arrays: list[npt.NDArray[np.generic]] = [noise.uniforms, noise.gumbel, noise.tolerance]
+    return arrays if noise.block_uniform is None else [*arrays, noise.block_uniform]
+
+
+def _nbytes(noise: Noise) -> int:
+    return sum(array.nbytes for array in _arrays(noise))
+
+
 class CanonicalV3:
     """Our kernels' scheme: four tokens a Philox call; a row drawn within a block its uniform picks."""
 
     name = "canonical-v3"
     step_is_position = False
+
+    def __init__(self) -> None:
+        self._memo = _NoiseMemo(NOISE_MEMO_BYTES)
 
     def accept_uniforms(self, seed: I64Array, step: I64Array, position: npt.ArrayLike) -> F64Array:
         """``tl.rand(seed, offset(step, i, 0, 0))``."""
@@ -188,8 +243,13 @@ class CanonicalV3:
         return philox.rand(np.asarray(seed), offsets).astype(np.float64)
 
     def gumbel_noise(self, seed: I64Array, step: I64Array, position: npt.ArrayLike, vocab_size: int) -> Noise:
-        """``g = -log(-log u)``, ``u`` word ``j`` of the call ``256 g + k`` for ``t = 1024 g + 256 j + k``."""
+        """``g = -log(-log u)``, ``u`` word ``j`` of the call ``256 g + k`` for ``t = 1024 g + 256 j + k``
+        (read-only arrays, kept for the next call with the same inputs: `_NoiseMemo`)."""
         rows = np.broadcast_to(np.asarray(position), np.shape(seed))
+        key = _NoiseMemo.key(seed, step, rows, vocab_size)
+        known = self._memo.get(key)
+        if known is not None:
+            return known
         tokens = np.arange(vocab_size)
         calls = np.arange(-(-vocab_size // NOISE_GROUP) * NOISE_RUN)
         offsets = stream_offsets(_column(step), _column(rows), SAMPLE_PURPOSE, calls[None, :])
@@ -198,7 +258,9 @@ class CanonicalV3:
         uniforms = philox.uint_to_uniform(words[tokens % NOISE_GROUP // NOISE_RUN, :, call].T)
         with np.errstate(divide="ignore"):
             gumbel = -np.log(-np.log(uniforms.astype(np.float64)))
-        return Noise(uniforms, gumbel, _tolerance(gumbel), self.block_uniforms(seed, step, rows))
+        return self._memo.put(
+            key, Noise(uniforms, gumbel, _tolerance(gumbel), self.block_uniforms(seed, step, rows))
+        )
 
     def block_uniforms(self, seed: I64Array, step: I64Array, position: npt.ArrayLike) -> F64Array:
         """``[A]`` the 53-bit uniform of the call at ``offset(step, i, 2, 0)`` (words 0 and 1)."""
