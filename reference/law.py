@@ -79,15 +79,20 @@ def row_probs(logits: npt.ArrayLike, temperature: npt.ArrayLike) -> F64Array:
     x = clean(logits)
     t = np.minimum(np.asarray(temperature, dtype=np.float64), MAX_TEMPERATURE)[..., None]
     top = x.max(axis=-1, keepdims=True)
-    posinf = np.isposinf(x)
     with np.errstate(invalid="ignore", over="ignore"):
         weights = np.exp((x - top) / np.where(t > 0, t, 1.0))
         weights /= weights.sum(axis=-1, keepdims=True)
-    weights = np.where(
-        posinf.any(axis=-1, keepdims=True), posinf / np.maximum(posinf.sum(-1, keepdims=True), 1), weights
-    )
-    weights = np.where(np.isneginf(top), 1.0 / x.shape[-1], weights)
-    return np.asarray(np.where(t == 0.0, one_hot(greedy_token(x), x.shape[-1]), weights), dtype=np.float64)
+    # Each case below is skipped where no row has it: the same result, without a pass over every row.
+    if np.isposinf(top).any():  # uniform over the +inf entries
+        posinf = np.isposinf(x)
+        weights = np.where(
+            posinf.any(axis=-1, keepdims=True), posinf / np.maximum(posinf.sum(-1, keepdims=True), 1), weights
+        )
+    if np.isneginf(top).any():  # no finite logit: uniform
+        weights = np.where(np.isneginf(top), 1.0 / x.shape[-1], weights)
+    if (t == 0.0).any():  # greedy: one-hot at the argmax
+        weights = np.where(t == 0.0, one_hot(greedy_token(x), x.shape[-1]), weights)
+    return np.asarray(weights, dtype=np.float64)
 
 
 def token_logprobs(logits: F64Array, temperature: F64Array, tokens: I64Array) -> npt.NDArray[np.float32]:

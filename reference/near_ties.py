@@ -63,8 +63,11 @@ def log_law(logits: F64Array, temperature: F64Array) -> LogLaw:
     row_max = x.max(axis=1, keepdims=True)
     with np.errstate(invalid="ignore"):
         scaled = np.where(x == row_max, 0.0, (x - row_max) / t)
-    scaled = np.where(np.isposinf(row_max), np.where(np.isposinf(x), 0.0, -np.inf), scaled)
-    scaled = np.where(np.isneginf(row_max), 0.0, scaled)
+    # Skipped where no row has them: the same result, without a pass over every row.
+    if np.isposinf(row_max).any():  # uniform over the +inf entries
+        scaled = np.where(np.isposinf(row_max), np.where(np.isposinf(x), 0.0, -np.inf), scaled)
+    if np.isneginf(row_max).any():  # no finite logit: uniform
+        scaled = np.where(np.isneginf(row_max), 0.0, scaled)
     log_probs = scaled - np.log(np.exp(scaled).sum(axis=1, keepdims=True))
     finite = np.isfinite(scaled)
     bits = np.abs(np.where(finite, scaled, 0.0)) + 4 + math.log2(x.shape[1])
