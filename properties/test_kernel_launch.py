@@ -330,6 +330,22 @@ r.ROWS_TILE_ELEMENTS["cpu"], r.ROWS_BLOCK_V["cpu"] = r.ROWS_TILE_ELEMENTS["cuda"
 r.programmatic_launch = lambda device: True  # as on an sm_90 GPU
 TYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64",
          torch.int32: "i32", torch.int64: "i64"}
+
+
+def compile_sm90(kernel, values, options):
+    # The kernel compiled for sm_90 with its arguments, in parameter order.
+    signature, constexprs = {}, {}
+    for index, (name, value) in enumerate(zip(kernel.arg_names, values)):
+        if index in kernel.constexprs:
+            signature[name], constexprs[(index,)] = "constexpr", value
+        elif isinstance(value, torch.Tensor):
+            signature[name] = "*" + TYPES[value.dtype]
+        else:
+            signature[name] = "i32" if -2**31 <= value < 2**31 else "i64"
+    source = ASTSource(fn=kernel, signature=signature, constexprs=constexprs)
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
+
+
 rng = np.random.default_rng(0)
 for method, layout, dtype in [(m, "flat", torch.float32) for m in r.KERNEL_METHODS] + [
     ("probabilistic", "slotted", torch.bfloat16), ("block", "one-hot", torch.float16)]:
@@ -343,17 +359,9 @@ for method, layout, dtype in [(m, "flat", torch.float32) for m in r.KERNEL_METHO
     buffers.update(zip(r.OUTPUT_BUFFERS, r._outputs(plan, batch.device)), work_ptr=work)
     buffers.update(r._record_views(plan, work), geometry_ptr=plan.geometry)
     for split, item in [(True, item) for item in plan.launches] + [(False, r.rows_launch(batch))]:
-        kernel, signature, constexprs = item.kernel, {}, {}
-        for index, (name, value) in enumerate(zip(kernel.arg_names, item.arguments(buffers))):
-            if index in kernel.constexprs:
-                signature[name], constexprs[(index,)] = "constexpr", value
-            elif isinstance(value, torch.Tensor):
-                signature[name] = "*" + TYPES[value.dtype]
-            else:
-                signature[name] = "i32" if -2**31 <= value < 2**31 else "i64"
-        source = ASTSource(fn=kernel, signature=signature, constexprs=constexprs)
+        kernel = item.kernel
         options = {"num_warps": 4, "launch_pdl": item.options.get("launch_pdl", False)}
-        compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
+        compiled = compile_sm90(kernel, item.arguments(buffers), options)
         assert "cubin" in compiled.asm, (method, layout, kernel.__name__)
         # The split plan's launches after the first wait for the one before them in the kernel.
         if split and item.kernel is not r.jit.row_stats_kernel:
@@ -378,17 +386,7 @@ assert len(recorded) == 7, [kernel.__name__ for kernel, _, _ in recorded]
 for kernel, args, kwargs in recorded:
     named = {**dict(zip(kernel.arg_names, args)), **kwargs}
     options = {"num_warps": named.pop("num_warps", 4), "launch_pdl": named.pop("launch_pdl", False)}
-    signature, constexprs = {}, {}
-    for index, name in enumerate(kernel.arg_names):
-        value = named[name]
-        if index in kernel.constexprs:
-            signature[name], constexprs[(index,)] = "constexpr", value
-        elif isinstance(value, torch.Tensor):
-            signature[name] = "*" + TYPES[value.dtype]
-        else:
-            signature[name] = "i32" if -2**31 <= value < 2**31 else "i64"
-    compiled = triton.compile(ASTSource(fn=kernel, signature=signature, constexprs=constexprs),
-                              target=GPUTarget("cuda", 90, 32), options=options)
+    compiled = compile_sm90(kernel, [named[name] for name in kernel.arg_names], options)
     assert options["launch_pdl"] and "griddepcontrol.wait" in compiled.asm["ptx"], kernel.__name__
     print("filters", kernel.__name__, "compiled")
 """
