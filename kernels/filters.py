@@ -1134,11 +1134,6 @@ def _layout(
 _plans = launch.PlanCache(64)
 
 
-def _aligned(*tensors: torch.Tensor | None) -> tuple[bool, ...]:
-    """Which tensors start at a multiple of 16 bytes (Triton specialises on it)."""
-    return tuple(tensor is not None and tensor.data_ptr() % 16 == 0 for tensor in tensors)
-
-
 def _device_key(device: torch.device) -> tuple[str, int | None]:
     return (device.type, launch.current_device() if device.type == "cuda" else None)
 
@@ -1189,7 +1184,7 @@ def row_parameters(
     has = tuple(p is not None for p in params)
     key = (
         "params", _device_key(device), num_rows, num_requests, extra, has, cu_num_drafts.dtype,
-        *(None if p is None else p.dtype for p in params), _aligned(*tensors.values()),
+        *(None if p is None else p.dtype for p in params), launch.aligned(*tensors.values()),
     )  # fmt: skip
 
     def make() -> FilterPlan:
@@ -1199,7 +1194,8 @@ def row_parameters(
             EXTRA=extra, HAS_TOP_K=has[0], HAS_TOP_P=has[1], HAS_MIN_P=has[2], BLOCK=PARAMS_BLOCK, PDL=pdl,
         )  # fmt: skip
         grid = (-(-num_rows // PARAMS_BLOCK), 1, 1)
-        return FilterPlan((launch.Launch.of(row_params_kernel, grid, values=values, options=_pdl_options(pdl),
+        options = launch.pdl_options(pdl)
+        return FilterPlan((launch.Launch.of(row_params_kernel, grid, values=values, options=options,
                                             buffers=PARAMS_BUFFERS),))  # fmt: skip
 
     def buffers(plan: FilterPlan, direct: bool) -> dict[str, object]:
@@ -1207,11 +1203,6 @@ def row_parameters(
 
     launch.run_cached(_plans, key, make, buffers, device)
     return row_temperature, *gathered  # type: ignore[return-value]
-
-
-def _pdl_options(pdl: bool) -> dict[str, bool]:
-    """A programmatically dependent launch's option (`kernels.launch.programmatic_launch`)."""
-    return {"launch_pdl": True} if pdl else {}
 
 
 def filter_thresholds(
@@ -1335,7 +1326,7 @@ def filter_thresholds(
     key = (
         "split", _device_key(device), rows, vocab_size, logits.dtype, logits.stride(0), has,
         None if top_k is None else top_k.dtype, block_v, chunks, capacity, search_passes, search_ways,
-        _aligned(*inputs.values()),
+        launch.aligned(*inputs.values()),
     )  # fmt: skip
 
     def make() -> FilterPlan:
@@ -1426,7 +1417,7 @@ def _split_plan(
     )
     grid, per_row = (rows, num_chunks, 1), (rows, 1, 1)
     pdl = programmatic_launch(device)
-    dependent = _pdl_options(pdl)
+    dependent = launch.pdl_options(pdl)
     wide = dict(num_warps=SELECT_WARPS, **dependent)
     common = dict(vocab_size=vocab_size, PDL=pdl)
 

@@ -137,6 +137,16 @@ def programmatic_launch(device: torch.device) -> bool:
     return torch.cuda.get_device_capability(device)[0] >= 9
 
 
+def pdl_options(pdl: bool) -> dict[str, bool]:
+    """A launch's options for being programmatically dependent (`programmatic_launch`), or none."""
+    return {"launch_pdl": True} if pdl else {}
+
+
+def aligned(*tensors: torch.Tensor | None) -> tuple[bool, ...]:
+    """Which tensors start at a multiple of 16 bytes (Triton specialises on it, so a plan's key holds it)."""
+    return tuple(tensor is not None and tensor.data_ptr() % 16 == 0 for tensor in tensors)
+
+
 def current_device() -> int:
     """The GPU that Triton's dispatch launches on."""
     return int(driver.active.get_current_device())

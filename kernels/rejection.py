@@ -343,7 +343,7 @@ def make_plan(batch: SpecBatch, filtered: int = 0) -> Plan:
 
     shared = dict(METHOD=method, HAS_DRAFT=draft is not None, SLOTTED=batch.slotted, FILTERED=filtered)
     pdl = programmatic_launch(batch.device)
-    dependent = dict(launch_pdl=True) if pdl else {}
+    dependent = launch.pdl_options(pdl)
     strides = dict(
         target_stride=batch.target_logits.stride(0), draft_stride=draft_stride, slot_stride=slot_stride,
         vocab_size=vocab_size,
@@ -594,7 +594,7 @@ def _plan_key(
         None if batch.draft_slot is None else batch.draft_slot.dtype,
         None if batch.synthetic_rates is None else batch.synthetic_rates.shape[0],
         None if batch.tree_parent is None else batch.tree_parent.dtype,
-        tuple(tensor.data_ptr() & 15 == 0 for tensor in tensors),
+        launch.aligned(*tensors),
     )  # fmt: skip
 
 
