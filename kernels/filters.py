@@ -20,9 +20,12 @@ order), so every pivot is a token's exact value.
 3. ``filter_mass_kernel`` (each chunk, top-p rows, launched twice): ``sum exp((z - max) / T)`` above
    each of a pass's cuts. The first pass's lane 0 is the kept set's bound, whose mass is the kept
    mass (so top-p's target comes from the same sums as every mass compared with it), the others
-   values evenly spaced from `_top_p_floor` to the max. The second adds the first's masses over the
-   chunks (`_chunks_sum`: every program finds the same interval: the mass above its lower end at
-   least the target, above its upper end below it) and cuts that interval by value the same way.
+   values evenly spaced between two that bound the pivot in most rows (`_first_placement`, from the
+   row's sum and its tiles' maxima and masses). The second adds the first's masses over the chunks
+   (`_chunks_sum`: every program finds the same interval: the mass above its lower end at least the
+   target, above its upper end below it) and cuts that interval by values evenly spaced from
+   `_top_p_floor`; where that interval holds at most the capacity (`_few_left`: each of its
+   tokens weighs at least its lower end's weight), the second pass is skipped.
 4. ``filter_compact_kernel`` (each chunk): top-p rows narrow their interval by the second pass's
    masses, added the same way; then the tokens of the row's interval are counted and their keys
    compacted into the chunk's own region (`_compact_chunk`: a slot a token from the chunk's counter,
@@ -41,9 +44,9 @@ order), so every pivot is a token's exact value.
 
 Masses are float32 sums of ``exp((z - max) / T)``; a token whose mass above lies within a few ulps
 (times ``sqrt(V)``) of ``top_p`` is a near pivot (`reference.filters.pivot_band`). A row that
-filters by top-k, top-p and min-p is read twice (four times with top-p alone), plus the passes of a
-search whose interval does not fit; a row with min-p alone, twice; an unfiltered call launches
-nothing. `apply_thresholds` masks the logits with the thresholds (`apply_threshold_kernel`: one
+filters by top-k, top-p and min-p is read twice (three or four times with top-p alone), plus the
+passes of a search whose interval does not fit; a row with min-p alone, twice; an unfiltered call
+launches nothing. `apply_thresholds` masks the logits with the thresholds (`apply_threshold_kernel`: one
 read and one write of each logit).
 
 Numbers follow `reference.filters`: NaN logits count as ``-inf``; ``-0.0`` ties with ``+0.0``;
@@ -126,6 +129,9 @@ FIRST_WAYS = 16
 # Passes of BOUND_WAYS cuts that place top-k's bound among the tile maxima (`_top_k_bound`).
 BOUND_PASSES = tl.constexpr(2)
 BOUND_WAYS = tl.constexpr(16)
+# Passes of BOUND_WAYS cuts that place top-p's first cuts' upper end (`_first_placement`): one by
+# value, which places it within 1/16 of the tile maxima's span.
+PLACEMENT_PASSES = tl.constexpr(1)
 # A chunk's region of candidates holds at least MIN_SHARE keys (and at least its share of the
 # capacity): a row whose candidates crowd into one chunk beyond it is compacted again by its own
 # program. A row's program gathers the regions in [GROUP, SHARE] tiles of at most PACK_TILE keys.
@@ -152,6 +158,9 @@ SEARCH_TILE = 16384
 # H200 (B = 64, n = 4, V = 128256, top-p 0.9) a pass took 151 us at 8192 (lines of 512 tokens) and 164
 # us at 16384.
 MASS_TILE = 8192
+# Candidates a row's program reads at once when it narrows top-p's interval on them
+# (`_narrow_candidates`).
+CANDIDATE_TILE = tl.constexpr(512)
 # The tile width of a row's program's compaction, on a GPU.
 SCAN_BLOCK = 8192
 # Warps of a row's search program and of top-p's first pass.
@@ -351,6 +360,60 @@ def _top_p_floor(row_max, least, inv_temperature):
 
 
 @triton.jit
+def _first_placement(maxima_ptr, masses_ptr, num_tiles, vocab_size, top_p, kept_key, max_key, row_max,
+                     row_sum, least, inv_temperature, TILES: tl.constexpr, WAYS: tl.constexpr):  # fmt: skip
+    """Where top-p's first chunked pass places its cuts: ``(the key of the least value, the key of the
+    value they are spaced up to)`` for `_cuts` (lane 0 stays the kept set's bound), so that lanes 1
+    and ``WAYS - 1`` fall on ``[low, high]``, two values the pivot lies between in most rows. Only
+    the pass's speed depends on them: every lane's mass is summed exactly, and a pivot outside
+    ``[low, high]`` leaves a wider interval to the second pass.
+
+    With ``S`` the row's sum (`filter_stats_kernel`) and ``top_p S`` the target: the tokens below the
+    pivot carry ``(1 - top_p) S``, at most ``V`` times the weight of the pivot, so ``low = max + T
+    log((1 - top_p) S / V)`` (at least `_top_p_floor` and min-p's bound). ``high`` bounds the mass above
+    a value ``c`` by that of the tiles whose maximum is at least ``c`` (``tile_mass``): the least such
+    ``c`` whose bound is below the target, to within `PLACEMENT_PASSES` passes of `BOUND_WAYS` cuts
+    over the tile maxima (rows without min-p; with it the target is a share of the kept mass, and
+    ``high`` is the max)."""
+    kept = key_value(tl.maximum(kept_key, NEG_INF_KEY).to(tl.int32))
+    floor = tl.maximum(_top_p_floor(row_max, least, inv_temperature), kept)
+    target = top_p * row_sum
+    low = tl.maximum(row_max + tl.log((1.0 - top_p) * row_sum / vocab_size) / inv_temperature, floor)
+    high = row_max
+    if kept_key == NEG_INF_KEY:
+        tiles = tl.arange(0, TILES)
+        valid = tiles < num_tiles
+        maxima = tl.load(maxima_ptr + tiles, mask=valid, other=NEG_INF)
+        keys = masked_key(maxima, valid)
+        tile_mass = tl.load(masses_ptr + tiles, mask=valid, other=0.0)
+        masses = tl.where(valid, tile_mass * rescale_factor(maxima, row_max, inv_temperature), 0.0)
+        lo = tl.min(tl.where(valid, keys, ABOVE_EVERY_KEY), axis=0).to(tl.int64)
+        hi = max_key + 1
+        for i in tl.static_range(PLACEMENT_PASSES):
+            cuts = _cuts(lo, hi - 1, NEG_INF, i == 0, BOUND_WAYS)
+            at_or_above = keys[None, :] >= cuts[:, None].to(tl.int32)
+            above = tl.sum(tl.where(at_or_above, masses[None, :], 0.0), axis=1)
+            lo, hi = _narrow(cuts, above >= target, lo, hi)
+        high = tl.where(hi <= max_key, key_value(tl.minimum(hi, max_key).to(tl.int32)), row_max)
+    # Lane j of `_cuts` lies at a + (b - a) j / WAYS: lanes 1 and WAYS - 1 at low and high.
+    span = (high - low) * WAYS / (WAYS - 2)
+    placed = (low == low) & (high == high) & (low > NEG_INF) & (low < high)
+    a = tl.where(placed, low - span / WAYS, floor)
+    b = tl.where(placed, tl.minimum(a + span, row_max), row_max)
+    return order_key(tl.where(a == a, a, NEG_INF)).to(tl.int64), tl.minimum(
+        order_key(b).to(tl.int64), max_key
+    )
+
+
+@triton.jit
+def _first_cuts(lo, state, WAYS: tl.constexpr):
+    """``[WAYS]`` top-p's first chunked pass's cuts over ``(lo, max]`` (`_cuts` by value), as
+    `_first_placement` placed them (its keys in the row's state)."""
+    floor = key_value(tl.load(state + STATE_FIRST_FLOOR).to(tl.int32))
+    return _cuts(lo, tl.load(state + STATE_FIRST_TOP), floor, True, WAYS)
+
+
+@triton.jit
 def _top_p_first(row_ptr, vocab_size, top_p, kept_key, max_key, row_max, least, inv_temperature,
                  BLOCK_V: tl.constexpr, WAYS: tl.constexpr):  # fmt: skip
     """Top-p's first pass over the tokens at or above ``kept_key``, made by this program alone: lane 0
@@ -408,6 +471,69 @@ def _top_k_finish(row_ptr, cand_ptr, vocab_size, k, lo, hi, n, packed, capacity,
 
 
 @triton.jit
+def _candidate_masses(cand_ptr, n, cuts, row_max, inv_temperature, WAYS: tl.constexpr):
+    """``([WAYS] sum of exp((z - max) / T), [WAYS] count)`` over the ``n`` candidate keys at ``cand_ptr``
+    whose key is ``> cuts[j]``, `CANDIDATE_TILE` keys at a time: each lane a fixed sum in the same
+    order whatever its cut (`_masses_above`'s)."""
+    lanes = tl.arange(0, CANDIDATE_TILE)
+    masses = tl.zeros([WAYS], tl.float32)
+    counts = tl.zeros([WAYS], tl.int32)
+    start = 0
+    while start < n:
+        valid = start + lanes < n
+        keys = tl.load(cand_ptr + start + lanes, mask=valid, other=NO_KEY)
+        weights = weight(key_value(keys), valid, row_max, inv_temperature)
+        above = keys[None, :] > cuts[:, None]
+        masses += tl.sum(tl.where(above, weights[None, :], 0.0), axis=1)
+        counts += tl.sum(above.to(tl.int32), axis=1)
+        start += CANDIDATE_TILE
+    return masses, counts
+
+
+@triton.jit
+def _narrow_candidates(cand_ptr, n, target, lo, hi, mass_hi, row_max, inv_temperature, passes,
+                       WAYS: tl.constexpr):  # fmt: skip
+    """Top-p's interval ``(lo, hi]`` narrowed on its ``n`` candidates at ``cand_ptr`` (the tokens of the
+    interval, unsorted) until at most `SMALL_SORT` of them are left, so that their sort is a small
+    one: a pass of ``WAYS`` cuts (`_cuts`: by value, then by key) adds each cut's candidate mass
+    above it to ``mass_hi``, narrows the interval as a pass over the row does (`_narrow_top_p`), and
+    keeps the candidates of the new interval in place, in their order; at most ``passes`` passes.
+    The candidates' sums are not the chunks' (another order of the same terms): where the mass above
+    ``lo`` they give falls below the target, the interval stays as it is (the pivot is then read off
+    all ``n``, as without this). Returns ``(lo, hi, mass above hi, n)``."""
+    lanes = tl.arange(0, CANDIDATE_TILE)
+    ways = tl.arange(0, WAYS)
+    narrowing = (n > SMALL_SORT) & (hi - lo > 1)
+    i = 0
+    while narrowing & (i < passes):
+        cuts = _cuts(lo, hi, NEG_INF, i == 0, WAYS)
+        masses, counts = _candidate_masses(cand_ptr, n, cuts.to(tl.int32), row_max, inv_temperature, WAYS)
+        masses += mass_hi
+        # Lane 0 is lo itself: every candidate lies above it.
+        narrowing = tl.sum(tl.where(ways == 0, masses, 0.0), axis=0) >= target
+        if narrowing:
+            none = tl.full([], 0, tl.int64)
+            lo, hi, mass_hi, _, _ = _narrow_top_p(cuts, masses, counts, target, lo, hi, mass_hi, none, none)
+            # The candidates of the new (lo, hi], moved down in place: a key's slot is at most its own.
+            kept = tl.full([], 0, tl.int32)
+            start = 0
+            while start < n:
+                valid = start + lanes < n
+                keys = tl.load(cand_ptr + start + lanes, mask=valid, other=NO_KEY)
+                tl.debug_barrier()
+                inside = valid & (keys.to(tl.int64) > lo) & (keys.to(tl.int64) <= hi)
+                slot = kept + tl.cumsum(inside.to(tl.int32), axis=0) - 1
+                tl.store(cand_ptr + slot, keys, mask=inside)
+                kept += tl.sum(inside.to(tl.int32), axis=0)
+                start += CANDIDATE_TILE
+            tl.debug_barrier()
+            n = kept.to(n.dtype)
+            narrowing = (n > SMALL_SORT) & (hi - lo > 1)
+        i += 1
+    return lo, hi, mass_hi, n
+
+
+@triton.jit
 def _top_p_finish(row_ptr, cand_ptr, vocab_size, target, lo, hi, mass_hi, at_lo, at_hi, compacted, row_max,
                   inv_temperature, capacity, passes, BLOCK_V: tl.constexpr, SCAN: tl.constexpr,
                   WAYS: tl.constexpr, CAPACITY: tl.constexpr):  # fmt: skip
@@ -433,6 +559,11 @@ def _top_p_finish(row_ptr, cand_ptr, vocab_size, target, lo, hi, mass_hi, at_lo,
             _compact(
                 row_ptr, cand_ptr, vocab_size, (lo + 1).to(tl.int32), (hi + 1).to(tl.int32), capacity, SCAN
             )
+        if CAPACITY > SMALL_SORT:
+            lo, hi, mass_hi, n = _narrow_candidates(
+                cand_ptr, n, target, lo, hi, mass_hi, row_max, inv_temperature, passes, WAYS
+            )
+            pivot = hi
         keys = _sorted(cand_ptr, n, CAPACITY)
         valid = tl.arange(0, CAPACITY).to(tl.int64) < n
         weights = weight(key_value(keys), valid, row_max, inv_temperature)
@@ -472,7 +603,10 @@ STATE_TOP_P_LO = tl.constexpr(4)  # top-p's interval after its first pass
 STATE_TOP_P_HI = tl.constexpr(5)
 STATE_FINAL_LO = tl.constexpr(6)  # top-p's interval after its second pass
 STATE_FINAL_HI = tl.constexpr(7)
-STATE_FIELDS = tl.constexpr(8)
+STATE_FIRST_FLOOR = tl.constexpr(8)  # top-p's first pass: the key of its cuts' least value (`_first_cuts`)
+STATE_FIRST_TOP = tl.constexpr(9)  # and of the value its cuts are spaced up to
+STATE_SKIP = tl.constexpr(10)  # 1 where the first pass left few enough tokens that no second is made
+STATE_FIELDS = tl.constexpr(11)
 STATS_TARGET = tl.constexpr(3)  # top-p's target: top_p times the kept mass
 STATS_MASS_HI = tl.constexpr(4)  # the mass above top-p's interval after its first pass
 STATS_FINAL_MASS_HI = tl.constexpr(5)  # after its second
@@ -480,20 +614,31 @@ STATS_FIELDS = tl.constexpr(6)
 
 
 @triton.jit(do_not_specialize=["num_tiles"])
-def filter_stats_kernel(logits_ptr, temperature_ptr, chunk_stats_ptr, tile_max_ptr, chunk_count_ptr,
-                        logits_stride, vocab_size, num_tiles, BLOCK_V: tl.constexpr, TILE: tl.constexpr,
-                        TILES_PER_CHUNK: tl.constexpr, PDL: tl.constexpr):  # fmt: skip
+def filter_stats_kernel(logits_ptr, temperature_ptr, top_k_ptr, chunk_stats_ptr, tile_max_ptr, tile_mass_ptr,
+                        chunk_count_ptr, logits_stride, vocab_size, num_tiles, BLOCK_V: tl.constexpr,
+                        TILE: tl.constexpr, TILES_PER_CHUNK: tl.constexpr, MASSES: tl.constexpr,
+                        HAS_TOP_K: tl.constexpr, PDL: tl.constexpr):  # fmt: skip
     """Grid (R, C): each chunk's ``(max, sum of exp((z - max) / T), least logit)`` into ``chunk_stats
-    [R, C, 3]``, the sum rescaled as the max grows, and the max of every ``TILE`` tokens into ``tile_max
-    [R, num_tiles]``; the chunk's compaction counter (``chunk_count [R, C]``, `_compact_chunk`'s) set to
-    0. A chunk is ``TILES_PER_CHUNK`` tiles of ``BLOCK_V`` tokens (a loop of known length, which the
-    compiler pipelines), each loaded as ``[BLOCK_V / TILE, TILE]``: a maximum a line."""
+    [R, C, 3]``, the sum rescaled as the max grows; the max of every ``TILE`` tokens into ``tile_max
+    [R, num_tiles]`` and, with ``MASSES`` (calls that filter by top-p) in rows that top-k leaves
+    off, their ``sum of exp((z - tile max) / T)`` into ``tile_mass [R, num_tiles]`` (which place
+    top-p's first cuts, `_first_placement`);
+    the chunk's compaction counter (``chunk_count [R, C]``, `_compact_chunk`'s) set to 0. A chunk is
+    ``TILES_PER_CHUNK`` tiles of ``BLOCK_V`` tokens (a loop of known length, which the compiler
+    pipelines), each loaded as ``[BLOCK_V / TILE, TILE]``: a maximum a line (and a mass: each line's
+    terms then taken from its own maximum and its sum rescaled to the chunk's, one exponential a
+    token as from the chunk's)."""
     after_previous_launch(PDL)
     row = tl.program_id(0)
     chunk = tl.program_id(1)
     row_ptr = logits_ptr + row.to(tl.int64) * logits_stride
     maxima_ptr = tile_max_ptr + row.to(tl.int64) * num_tiles
+    masses_ptr = tile_mass_ptr + row.to(tl.int64) * num_tiles
     inv_temperature = inverse_temperature(tl.load(temperature_ptr + row))
+    masses_wanted = MASSES
+    if MASSES and HAS_TOP_K:
+        k = tl.load(top_k_ptr + row)
+        masses_wanted = (k <= 0) | (k >= vocab_size)
     chunk_max = tl.full([], NEG_INF, tl.float32)
     chunk_sum = tl.full([], 0.0, tl.float32)
     least = tl.full([], POS_INF, tl.float32)
@@ -508,10 +653,13 @@ def filter_stats_kernel(logits_ptr, temperature_ptr, chunk_stats_ptr, tile_max_p
         tiles = tile_start // TILE + lines
         tl.store(maxima_ptr + tiles, maxima, mask=tiles < num_tiles)
         new_max = tl.maximum(chunk_max, tl.max(maxima, axis=0))
-        weights = weight(x, in_vocab, new_max, inv_temperature)
-        chunk_sum = chunk_sum * rescale_factor(chunk_max, new_max, inv_temperature) + tl.sum(
-            tl.sum(weights, axis=1), axis=0
-        )
+        if masses_wanted:
+            masses = tl.sum(weight(x, in_vocab, maxima[:, None], inv_temperature), axis=1)
+            tl.store(masses_ptr + tiles, masses, mask=tiles < num_tiles)
+            added = tl.sum(masses * rescale_factor(maxima, new_max, inv_temperature), axis=0)
+        else:
+            added = tl.sum(tl.sum(weight(x, in_vocab, new_max, inv_temperature), axis=1), axis=0)
+        chunk_sum = chunk_sum * rescale_factor(chunk_max, new_max, inv_temperature) + added
         chunk_max = new_max
         least = tl.minimum(least, tl.min(tl.min(tl.where(in_vocab, x, POS_INF), axis=1), axis=0))
     tl.store(chunk_count_ptr + row * tl.num_programs(1) + chunk, 0)
@@ -546,14 +694,14 @@ def _top_k_bound(maxima_ptr, num_tiles, k, max_key, TILES: tl.constexpr):
 
 @triton.jit(do_not_specialize=["vocab_size", "num_chunks", "num_tiles"])
 def filter_start_kernel(temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, chunk_stats_ptr, tile_max_ptr,
-                        row_stats_ptr, row_state_ptr, vocab_size, num_chunks, num_tiles,
+                        tile_mass_ptr, row_stats_ptr, row_state_ptr, vocab_size, num_chunks, num_tiles,
                         HAS_TOP_K: tl.constexpr, HAS_TOP_P: tl.constexpr, HAS_MIN_P: tl.constexpr,
-                        TILES: tl.constexpr, PDL: tl.constexpr):  # fmt: skip
+                        TILES: tl.constexpr, WAYS: tl.constexpr, PDL: tl.constexpr):  # fmt: skip
     """Grid (R,): the row's max, sum and least logit (its chunks', `CHUNK_GROUP` at a time), min-p's key, the
     row's mode and its second pass's interval: for top-k, ``[max(min-p's key, bound), max]``, the
     bound at or below the ``k``-th largest tile maximum (`_top_k_bound`: ``k`` tiles hold a token at or
     above it, so the ``k``-th value is at least it); for top-p alone, the first pass's ``(min-p's key -
-    1, max]``."""
+    1, max]`` and where its cuts go (`_first_placement`)."""
     after_previous_launch(PDL)
     row = tl.program_id(0)
     temperature = tl.load(temperature_ptr + row)
@@ -607,6 +755,15 @@ def filter_start_kernel(temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, chunk_
             lo = tl.maximum(kept_key, bound)
             hi = max_key + 1
     state = row_state_ptr + row * STATE_FIELDS
+    if HAS_TOP_P:  # noqa: SIM102 (a constexpr condition, then a runtime one)
+        if mode == MODE_TOP_P:
+            first_floor, first_top = _first_placement(
+                tile_max_ptr + row.to(tl.int64) * num_tiles, tile_mass_ptr + row.to(tl.int64) * num_tiles,
+                num_tiles, vocab_size, tl.load(top_p_ptr + row), kept_key, max_key, row_max, row_sum, least,
+                inv_temperature, TILES, WAYS,
+            )  # fmt: skip
+            tl.store(state + STATE_FIRST_FLOOR, first_floor)
+            tl.store(state + STATE_FIRST_TOP, first_top)
     tl.store(state + STATE_MODE, mode)
     tl.store(state + STATE_KEPT, kept_key)
     tl.store(state + STATE_LO, lo)
@@ -653,17 +810,33 @@ def _chunks_sum(masses_ptr, row, num_chunks, WAYS: tl.constexpr):
     return masses
 
 
-@triton.jit(do_not_specialize=["num_chunks"])
+@triton.jit
+def _few_left(masses, target, mass_hi, lo, row_max, inv_temperature, capacity):
+    """Whether a top-p pass's interval ``(lo, hi]`` (the mass above ``lo`` at least ``target``, above
+    ``hi`` ``mass_hi``, both among the pass's ``masses``) holds at most ``capacity`` tokens: each of
+    them weighs at least ``lo``'s weight, so their count is at most their mass over it."""
+    mass_lo = tl.min(tl.where(masses >= target, masses, POS_INF), axis=0)
+    least = tl.exp(
+        scaled_logit(key_value(tl.maximum(lo, NEG_INF_KEY).to(tl.int32)), row_max, inv_temperature)
+    )
+    most = (mass_lo - mass_hi) / least
+    # (A margin for the float32 sums; NaN and inf say no.)
+    return most * 1.001 + 1.0 <= capacity
+
+
+@triton.jit(do_not_specialize=["num_chunks", "capacity"])
 def filter_mass_kernel(logits_ptr, temperature_ptr, top_p_ptr, row_stats_ptr, row_state_ptr, first_ptr,
-                       masses_ptr, logits_stride, vocab_size, num_chunks, SECOND: tl.constexpr,
+                       masses_ptr, logits_stride, vocab_size, num_chunks, capacity, SECOND: tl.constexpr,
                        WAYS: tl.constexpr, BLOCK_V: tl.constexpr, TILES: tl.constexpr,
                        PDL: tl.constexpr):  # fmt: skip
     """Grid (R, C), rows of mode top-p: each chunk's masses above a top-p pass's ``WAYS`` cuts into
     ``masses [R, C, WAYS]``. The first pass (``SECOND`` false) cuts ``(min-p's key - 1, max]``: lane 0
-    its lower end, whose mass is the kept mass, the others values evenly spaced from `_top_p_floor`
-    to the max. The second adds the first's masses (``first_ptr``) over the chunks (`_chunks_sum`),
-    which narrow the interval (chunk 0 records it, top-p's target and the mass above it), and cuts
-    the narrowed interval by value the same way."""
+    its lower end, whose mass is the kept mass, the others values placed by `_first_placement`. The
+    second adds the first's masses (``first_ptr``) over the chunks (`_chunks_sum`), which narrow the
+    interval (chunk 0 records it, top-p's target and the mass above it), and cuts the narrowed
+    interval by values evenly spaced from `_top_p_floor` to its upper end; unless the narrowed
+    interval holds at most ``capacity`` tokens (`_few_left`), which the compaction then gathers
+    (``STATE_SKIP``), and its programs return at once."""
     after_previous_launch(PDL)
     row = tl.program_id(0)
     chunk = tl.program_id(1)
@@ -675,25 +848,31 @@ def filter_mass_kernel(logits_ptr, temperature_ptr, top_p_ptr, row_stats_ptr, ro
         floor = _top_p_floor(row_max, least, inv_temperature)
         lo = tl.load(state + STATE_LO)
         hi = tl.load(state + STATE_HI)
+        skip = False
         if SECOND:
-            cuts = _cuts(lo, hi, floor, True, WAYS)
+            first = _chunks_sum(first_ptr, row, num_chunks, WAYS)
             # (The counts go unused: the compaction counts the tokens of the narrowed interval.)
             lo, hi, target, mass_hi, _, _ = _first_narrow_top_p(
-                cuts, _chunks_sum(first_ptr, row, num_chunks, WAYS), tl.zeros([WAYS], tl.int32),
-                tl.load(top_p_ptr + row), lo, hi, WAYS,
+                _first_cuts(lo, state, WAYS), first, tl.zeros([WAYS], tl.int32), tl.load(top_p_ptr + row), lo,
+                hi, WAYS,
             )  # fmt: skip
+            skip = _few_left(first, target, mass_hi, lo, row_max, inv_temperature, capacity)
             if chunk == 0:
                 tl.store(state + STATE_TOP_P_LO, lo)
                 tl.store(state + STATE_TOP_P_HI, hi)
+                tl.store(state + STATE_SKIP, skip.to(tl.int64))
                 tl.store(row_stats_ptr + row * STATS_FIELDS + STATS_TARGET, target)
                 tl.store(row_stats_ptr + row * STATS_FIELDS + STATS_MASS_HI, mass_hi)
-        cuts = _cuts(lo, hi, floor, True, WAYS)
-        masses = _chunk_masses(
-            logits_ptr + row.to(tl.int64) * logits_stride, chunk, vocab_size, cuts.to(tl.int32), row_max,
-            inv_temperature, BLOCK_V, WAYS, TILES,
-        )  # fmt: skip
-        out = (row * tl.num_programs(1) + chunk).to(tl.int64) * WAYS + tl.arange(0, WAYS)
-        tl.store(masses_ptr + out, masses)
+            cuts = _cuts(lo, hi, floor, True, WAYS)
+        else:
+            cuts = _first_cuts(lo, state, WAYS)
+        if not skip:
+            masses = _chunk_masses(
+                logits_ptr + row.to(tl.int64) * logits_stride, chunk, vocab_size, cuts.to(tl.int32), row_max,
+                inv_temperature, BLOCK_V, WAYS, TILES,
+            )  # fmt: skip
+            out = (row * tl.num_programs(1) + chunk).to(tl.int64) * WAYS + tl.arange(0, WAYS)
+            tl.store(masses_ptr + out, masses)
 
 
 # An order key above every float32's (NaN's keys aside): a bound no token reaches.
@@ -774,7 +953,8 @@ def filter_compact_kernel(logits_ptr, temperature_ptr, chunk_stats_ptr, tile_max
     counted (into ``chunk_count [R, C]``) and compacted into the chunk's region (``regions [R, C,
     SHARE]``; `_pack` gathers them). Top-p rows: the second
     pass's masses added over the chunks (`_chunks_sum`: the same sums in every program), which
-    narrow its interval ``(lo, hi]`` (chunk 0 records it), then its tokens counted and compacted.
+    narrow its interval ``(lo, hi]`` (chunk 0 records it; a row whose first pass left few tokens
+    keeps that pass's, ``STATE_SKIP``), then its tokens counted and compacted.
     Every row that filters: the chunk's smallest logit at or above min-p's key into ``chunk_min
     [R, C]``."""
     after_previous_launch(PDL)
@@ -793,13 +973,15 @@ def filter_compact_kernel(logits_ptr, temperature_ptr, chunk_stats_ptr, tile_max
             inv_temperature = inverse_temperature(tl.load(temperature_ptr + row))
             lo = tl.load(state + STATE_TOP_P_LO)
             hi = tl.load(state + STATE_TOP_P_HI)
-            cuts = _cuts(lo, hi, _top_p_floor(row_max, tl.load(stats + 2), inv_temperature), True, WAYS)
-            # The counts go unused: the compaction counts the interval's tokens.
-            none = tl.full([], 0, tl.int64)
-            lo, hi, mass_hi, _, _ = _narrow_top_p(
-                cuts, _chunks_sum(masses_ptr, row, num_chunks, WAYS), tl.zeros([WAYS], tl.int32),
-                tl.load(stats + STATS_TARGET), lo, hi, tl.load(stats + STATS_MASS_HI), none, none,
-            )  # fmt: skip
+            mass_hi = tl.load(stats + STATS_MASS_HI)
+            if tl.load(state + STATE_SKIP) == 0:
+                cuts = _cuts(lo, hi, _top_p_floor(row_max, tl.load(stats + 2), inv_temperature), True, WAYS)
+                # The counts go unused: the compaction counts the interval's tokens.
+                none = tl.full([], 0, tl.int64)
+                lo, hi, mass_hi, _, _ = _narrow_top_p(
+                    cuts, _chunks_sum(masses_ptr, row, num_chunks, WAYS), tl.zeros([WAYS], tl.int32),
+                    tl.load(stats + STATS_TARGET), lo, hi, mass_hi, none, none,
+                )  # fmt: skip
             if chunk == 0:
                 tl.store(state + STATE_FINAL_LO, lo)
                 tl.store(state + STATE_FINAL_HI, hi)
@@ -1355,8 +1537,8 @@ def filter_thresholds(
 # workspace (the two top-p passes' masses by the names `_split_plan` gives them).
 SPLIT_BUFFERS = frozenset({
     "logits_ptr", "temperature_ptr", "top_k_ptr", "top_p_ptr", "min_p_ptr", "threshold_ptr",
-    "chunk_stats_ptr", "tile_max_ptr", "chunk_count_ptr", "row_stats_ptr", "row_state_ptr", "first_ptr",
-    "masses_ptr", "regions_ptr", "chunk_min_ptr", "candidates_ptr",
+    "chunk_stats_ptr", "tile_max_ptr", "tile_mass_ptr", "chunk_count_ptr", "row_stats_ptr", "row_state_ptr",
+    "first_ptr", "masses_ptr", "regions_ptr", "chunk_min_ptr", "candidates_ptr",
 })  # fmt: skip
 
 
@@ -1396,6 +1578,7 @@ def _split_plan(
     layout, nbytes = _layout({
         "chunk_stats_ptr": (torch.float32, (rows, num_chunks, 3)),
         "tile_max_ptr": (torch.float32, (rows, num_tiles)),
+        "tile_mass_ptr": (torch.float32, (rows, num_tiles)),
         "row_stats_ptr": (torch.float32, (rows, STATS_FIELDS.value)),
         "row_state_ptr": (torch.int64, (rows, STATE_FIELDS.value)),
         "chunk_min_ptr": (torch.float32, (rows, num_chunks)),
@@ -1428,18 +1611,18 @@ def _split_plan(
 
     launches = [
         of(filter_stats_kernel, grid, dependent, logits_stride=stride, num_tiles=num_tiles, BLOCK_V=block_v,
-           TILE=tile, TILES_PER_CHUNK=tiles_per_chunk),
+           TILE=tile, TILES_PER_CHUNK=tiles_per_chunk, MASSES=has_top_p, HAS_TOP_K=has_top_k),
         of(filter_start_kernel, per_row, dependent, num_chunks=num_chunks, num_tiles=num_tiles,
            HAS_TOP_K=has_top_k, HAS_TOP_P=has_top_p, HAS_MIN_P=has_min_p,
-           TILES=int(triton.next_power_of_2(num_tiles))),
+           TILES=int(triton.next_power_of_2(num_tiles)), WAYS=first_ways),
     ]  # fmt: skip
     if has_top_p:
         for second in (False, True):
             masses = "masses_second" if second else "masses_first"
             launches.append(
                 of(filter_mass_kernel, grid, wide, {"first_ptr": "masses_first", "masses_ptr": masses},
-                   logits_stride=stride, num_chunks=num_chunks, SECOND=second, WAYS=first_ways,
-                   BLOCK_V=mass_block, TILES=tiles_per_chunk * block_v // mass_block)
+                   logits_stride=stride, num_chunks=num_chunks, capacity=capacity, SECOND=second,
+                   WAYS=first_ways, BLOCK_V=mass_block, TILES=tiles_per_chunk * block_v // mass_block)
             )  # fmt: skip
     launches += [
         of(filter_compact_kernel, grid, dependent, {"masses_ptr": "masses_second"}, logits_stride=stride,

@@ -23,6 +23,7 @@ import torch
 from hypothesis import event, given
 from hypothesis import strategies as st
 
+from specsample.kernels import filters, launch
 from specsample.kernels.filters import (
     MID_SORT,
     MIN_SHARE,
@@ -693,3 +694,60 @@ def test_the_rows_plan_and_the_masking_compile_for_the_gpu_without_one(tmp_path:
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.count("compiled") == 4, result.stdout
+
+
+def _skipped(
+    monkeypatch: pytest.MonkeyPatch, rows: Rows, capacity: int
+) -> tuple[list[int], npt.NDArray[np.float32]]:
+    """Which rows' top-p second pass was skipped (``STATE_SKIP``, read from the call's workspace), and
+    the thresholds, of a split-plan call."""
+    views: list[dict[str, torch.Tensor]] = []
+    original = filters.FilterPlan.views
+
+    def recorded(plan: filters.FilterPlan, work: torch.Tensor) -> dict[str, torch.Tensor]:
+        views.append(original(plan, work))
+        return views[-1]
+
+    monkeypatch.setattr(filters.FilterPlan, "views", recorded)
+    monkeypatch.setattr(filters, "_plans", launch.PlanCache(8))
+    thresholds = _thresholds(rows, capacity=capacity)
+    state = views[-1]["row_state_ptr"].cpu()
+    return state[:, filters.STATE_SKIP.value].tolist(), thresholds
+
+
+def test_top_p_skips_its_second_pass_where_the_first_leaves_few_tokens(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Top-p's first chunked pass places its cuts between two values that bound the pivot
+    (`_first_placement`); where the interval it leaves holds at most the capacity, the second
+    pass is skipped (`_few_left`) and the compaction gathers that interval. Thresholds are the same
+    either way: a search's by passes alone, the specification's. Rows (V = 3,000): Gaussian logits
+    at a scale of 3 (a few tokens carry the mass), the same at scale 0.3 (the mass spread over
+    most of the vocabulary), and scale 3 with min-p."""
+    rng = np.random.default_rng(21)
+    logits = rng.normal(size=(3, 3000)) * np.array([[3.0], [0.3], [3.0]])
+    rows = _rows(logits, 1.0, top_p=[0.9, 0.9, 0.9], min_p=[0.0, 0.0, 0.01])
+    expected = _cut_short(rows, SEARCH_PASSES)
+    _check(rows, expected)
+    for capacity, skips in ((300, [1, 1, 1]), (100, [1, 0, 1]), (16, [0, 0, 1]), (0, [0, 0, 0])):
+        skipped, thresholds = _skipped(monkeypatch, rows, capacity)
+        assert skipped == skips, capacity
+        np.testing.assert_array_equal(thresholds, expected)
+
+
+def test_top_p_narrows_many_candidates_before_it_sorts() -> None:
+    """Candidates past `SMALL_SORT` that fit the capacity are narrowed on themselves
+    (`_narrow_candidates`: passes by value, then by key) before their sort, and the pivot is a
+    search's by passes alone. Rows (V = 3,000): 1,000 logits within 1e-3 of 5 (no pass over the row
+    by value parts them), a max of 8 and Gaussian logits; top-p puts the pivot among the 1,000, or
+    (0.999) below them. The same rows with ties: the 1,000 take 4 values, which no pass parts."""
+    rng = np.random.default_rng(13)
+    logits = rng.normal(size=(4, 3000))
+    logits[:, 0] = 8.0
+    logits[:2, 1:1001] = 5.0 + rng.uniform(0.0, 1e-3, size=(2, 1000))
+    logits[2:, 1:1001] = 5.0 + rng.integers(0, 4, size=(2, 1000)) * 1e-4
+    rows = _rows(logits, 1.0, top_p=[0.5, 0.999, 0.5, 0.9])
+    expected = _cut_short(rows, SEARCH_PASSES)
+    comparison = _check(rows, expected)
+    assert int(comparison.reference[0].sum()) > SMALL_SORT.value
+    np.testing.assert_array_equal(_thresholds(rows, capacity=2048), expected)

@@ -99,8 +99,9 @@ def test_the_filters_plan_each_call_structure_once(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(filters, "_split_plan", counted)
     monkeypatch.setattr(filters, "_plans", launch.PlanCache(8))
     rng = np.random.default_rng(3)
-    logits = torch.tensor(rng.normal(size=(3, 300)), dtype=torch.float32)
-    temperature, top_k, top_p = torch.ones(3), torch.tensor([5, 0, 300]), torch.tensor([0.9, 0.5, 1.0])
+    logits = torch.tensor(rng.normal(size=(3, 300)), dtype=torch.float32, device=DEVICE)
+    temperature = torch.ones(3, device=DEVICE)
+    top_k, top_p = torch.tensor([5, 0, 300], device=DEVICE), torch.tensor([0.9, 0.5, 1.0], device=DEVICE)
     first = filters.filter_thresholds(logits, temperature, top_k, top_p, plan="split")
     again = filters.filter_thresholds(logits.clone(), temperature.clone(), top_k, top_p, plan="split")
     assert made == [3]
