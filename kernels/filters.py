@@ -614,20 +614,19 @@ STATS_FIELDS = tl.constexpr(6)
 
 
 @triton.jit(do_not_specialize=["num_tiles"])
-def filter_stats_kernel(logits_ptr, temperature_ptr, top_k_ptr, chunk_stats_ptr, tile_max_ptr, tile_mass_ptr,
-                        chunk_count_ptr, logits_stride, vocab_size, num_tiles, BLOCK_V: tl.constexpr,
-                        TILE: tl.constexpr, TILES_PER_CHUNK: tl.constexpr, MASSES: tl.constexpr,
-                        HAS_TOP_K: tl.constexpr, PDL: tl.constexpr):  # fmt: skip
+def filter_stats_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, chunk_stats_ptr, tile_max_ptr,
+                        tile_mass_ptr, chunk_count_ptr, logits_stride, vocab_size, num_tiles,
+                        BLOCK_V: tl.constexpr, TILE: tl.constexpr, TILES_PER_CHUNK: tl.constexpr,
+                        MASSES: tl.constexpr, HAS_TOP_K: tl.constexpr, PDL: tl.constexpr):  # fmt: skip
     """Grid (R, C): each chunk's ``(max, sum of exp((z - max) / T), least logit)`` into ``chunk_stats
     [R, C, 3]``, the sum rescaled as the max grows; the max of every ``TILE`` tokens into ``tile_max
-    [R, num_tiles]`` and, with ``MASSES`` (calls that filter by top-p) in rows that top-k leaves
-    off, their ``sum of exp((z - tile max) / T)`` into ``tile_mass [R, num_tiles]`` (which place
-    top-p's first cuts, `_first_placement`);
-    the chunk's compaction counter (``chunk_count [R, C]``, `_compact_chunk`'s) set to 0. A chunk is
-    ``TILES_PER_CHUNK`` tiles of ``BLOCK_V`` tokens (a loop of known length, which the compiler
-    pipelines), each loaded as ``[BLOCK_V / TILE, TILE]``: a maximum a line (and a mass: each line's
-    terms then taken from its own maximum and its sum rescaled to the chunk's, one exponential a
-    token as from the chunk's)."""
+    [R, num_tiles]`` and, with ``MASSES`` (calls that filter by top-p) in rows whose top-p is on and
+    top-k off, their ``sum of exp((z - tile max) / T)`` into ``tile_mass [R, num_tiles]`` (which place
+    top-p's first cuts, `_first_placement`); the chunk's compaction counter (``chunk_count [R, C]``,
+    `_compact_chunk`'s) set to 0. A chunk is ``TILES_PER_CHUNK`` tiles of ``BLOCK_V`` tokens (a loop of
+    known length, which the compiler pipelines), each loaded as ``[BLOCK_V / TILE, TILE]``: a maximum
+    a line (and a mass: each line's terms then taken from its own maximum and its sum rescaled to the
+    chunk's, one exponential a token as from the chunk's)."""
     after_previous_launch(PDL)
     row = tl.program_id(0)
     chunk = tl.program_id(1)
@@ -636,9 +635,11 @@ def filter_stats_kernel(logits_ptr, temperature_ptr, top_k_ptr, chunk_stats_ptr,
     masses_ptr = tile_mass_ptr + row.to(tl.int64) * num_tiles
     inv_temperature = inverse_temperature(tl.load(temperature_ptr + row))
     masses_wanted = MASSES
-    if MASSES and HAS_TOP_K:
-        k = tl.load(top_k_ptr + row)
-        masses_wanted = (k <= 0) | (k >= vocab_size)
+    if MASSES:
+        masses_wanted = tl.load(top_p_ptr + row) < 1.0
+        if HAS_TOP_K:
+            k = tl.load(top_k_ptr + row)
+            masses_wanted = masses_wanted & ((k <= 0) | (k >= vocab_size))
     chunk_max = tl.full([], NEG_INF, tl.float32)
     chunk_sum = tl.full([], 0.0, tl.float32)
     least = tl.full([], POS_INF, tl.float32)
