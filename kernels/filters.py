@@ -225,6 +225,14 @@ def _counts_from(row_ptr, begin, end, cuts, BLOCK_V: tl.constexpr, WAYS: tl.cons
 
 
 @triton.jit
+def _above(keys, weights, cuts):
+    """``([WAYS] sum of weights, [WAYS] count)`` of a tile's keys ``> cuts[j]`` (a ``[BLOCK, WAYS]``
+    comparison, each lane reduced the same way whatever its cut)."""
+    above = keys[:, None] > cuts[None, :]
+    return tl.sum(tl.where(above, weights[:, None], 0.0), axis=0), tl.sum(above.to(tl.int32), axis=0)
+
+
+@triton.jit
 def _masses_above(row_ptr, begin, end, cuts, row_max, inv_temperature, BLOCK_V: tl.constexpr,
                   WAYS: tl.constexpr):  # fmt: skip
     """``([WAYS] sum of exp((z - max) / T), [WAYS] count)`` over the tokens of ``[begin, end)`` whose
@@ -242,10 +250,9 @@ def _masses_above(row_ptr, begin, end, cuts, row_max, inv_temperature, BLOCK_V: 
         # A tile at or below the least cut (lane 0's) adds nothing above any cut: skipping it adds
         # zeros, which leaves every sum as it was.
         if tl.max(keys, axis=0) > tl.min(cuts, axis=0):
-            weights = weight(x, in_vocab, row_max, inv_temperature)
-            above = keys[:, None] > cuts[None, :]
-            masses += tl.sum(tl.where(above, weights[:, None], 0.0), axis=0)
-            counts += tl.sum(above.to(tl.int32), axis=0)
+            tile_masses, tile_counts = _above(keys, weight(x, in_vocab, row_max, inv_temperature), cuts)
+            masses += tile_masses
+            counts += tile_counts
         tile_start += BLOCK_V
     return masses, counts
 
@@ -388,12 +395,7 @@ def _first_placement(maxima_ptr, masses_ptr, num_tiles, vocab_size, top_p, kept_
         tile_mass = tl.load(masses_ptr + tiles, mask=valid, other=0.0)
         masses = tl.where(valid, tile_mass * rescale_factor(maxima, row_max, inv_temperature), 0.0)
         lo = tl.min(tl.where(valid, keys, ABOVE_EVERY_KEY), axis=0).to(tl.int64)
-        hi = max_key + 1
-        for i in tl.static_range(PLACEMENT_PASSES):
-            cuts = _cuts(lo, hi - 1, NEG_INF, i == 0, BOUND_WAYS)
-            at_or_above = keys[None, :] >= cuts[:, None].to(tl.int32)
-            above = tl.sum(tl.where(at_or_above, masses[None, :], 0.0), axis=1)
-            lo, hi = _narrow(cuts, above >= target, lo, hi)
+        _, hi = _narrow_on_tiles(keys, masses, target, lo, max_key + 1, PLACEMENT_PASSES)
         high = tl.where(hi <= max_key, key_value(tl.minimum(hi, max_key).to(tl.int32)), row_max)
     # Lane j of `_cuts` lies at a + (b - a) j / WAYS: lanes 1 and WAYS - 1 at low and high.
     span = (high - low) * WAYS / (WAYS - 2)
@@ -482,10 +484,11 @@ def _candidate_masses(cand_ptr, n, cuts, row_max, inv_temperature, WAYS: tl.cons
     while start < n:
         valid = start + lanes < n
         keys = tl.load(cand_ptr + start + lanes, mask=valid, other=NO_KEY)
-        weights = weight(key_value(keys), valid, row_max, inv_temperature)
-        above = keys[None, :] > cuts[:, None]
-        masses += tl.sum(tl.where(above, weights[None, :], 0.0), axis=1)
-        counts += tl.sum(above.to(tl.int32), axis=1)
+        tile_masses, tile_counts = _above(
+            keys, weight(key_value(keys), valid, row_max, inv_temperature), cuts
+        )
+        masses += tile_masses
+        counts += tile_counts
         start += CANDIDATE_TILE
     return masses, counts
 
@@ -684,13 +687,21 @@ def _top_k_bound(maxima_ptr, num_tiles, k, max_key, TILES: tl.constexpr):
     valid = tiles < num_tiles
     keys = masked_key(tl.load(maxima_ptr + tiles, mask=valid, other=NEG_INF), valid)
     lo = tl.min(tl.where(valid, keys, ABOVE_EVERY_KEY), axis=0).to(tl.int64)
-    hi = max_key + 1
-    for i in tl.static_range(BOUND_PASSES):
-        cuts = _cuts(lo, hi - 1, NEG_INF, i == 0, BOUND_WAYS)
-        counts = tl.sum((keys[None, :] >= cuts[:, None].to(tl.int32)).to(tl.int32), axis=1)
-        at_least = counts >= k
-        lo, hi = _narrow(cuts, at_least, lo, hi)
+    lo, _ = _narrow_on_tiles(keys, valid.to(tl.float32), k.to(tl.float32), lo, max_key + 1, BOUND_PASSES)
     return tl.where(k <= num_tiles, lo, NEG_INF_KEY)
+
+
+@triton.jit
+def _narrow_on_tiles(keys, weights, need, lo, hi, PASSES: tl.constexpr):
+    """``[lo, hi)`` narrowed over a row's tile maxima (``keys``, each with a weight: ``1`` counts them)
+    by ``PASSES`` passes of `BOUND_WAYS` cuts, by value then by key (`_cuts`), so that the maxima at or
+    above ``lo`` weigh at least ``need`` and those at or above ``hi`` less."""
+    for i in tl.static_range(PASSES):
+        cuts = _cuts(lo, hi - 1, NEG_INF, i == 0, BOUND_WAYS)
+        at_or_above = keys[None, :] >= cuts[:, None].to(tl.int32)
+        above = tl.sum(tl.where(at_or_above, weights[None, :], 0.0), axis=1)
+        lo, hi = _narrow(cuts, above >= need, lo, hi)
+    return lo, hi
 
 
 @triton.jit(do_not_specialize=["vocab_size", "num_chunks", "num_tiles"])
