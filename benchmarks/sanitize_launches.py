@@ -2,7 +2,10 @@
 launch, then under the rows launch plan, for compute-sanitizer.
 
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool initcheck --show-backtrace no \\
-        --error-exitcode 9 python3 -m benchmarks.sanitize_launches
+        --error-exitcode 9 python3 -m benchmarks.sanitize_launches [--filtered]
+
+``--filtered`` runs only the filtered batches at the benchmarks' vocabulary (`FILTERED_CASES`),
+which take most of a sanitizer's time.
 
 The inputs come from `benchmarks.grid.make_inputs` (normal logits, argmax drafts, a permutation of
 slots), which runs no PyTorch kernel that initcheck flags, so the run needs no kernel filter: a
@@ -30,12 +33,18 @@ CASES = (
     Case("probabilistic", "fp32", "flat", 0.0, 4, 4, 32000),
     Case("probabilistic", "fp32", "flat", 1.0, 1, 4, 128256),
 )
+# Filtered only: top-p's candidates narrowed before their sort take many rows of many tokens.
+FILTERED_CASES = (
+    Case("probabilistic", "fp32", "flat", 1.0, 1, 4, 128256),
+    Case("probabilistic", "fp32", "flat", 1.0, 16, 4, 128256),
+)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     """Run each case twice (dispatched, then cached) and once under the rows plan, and print the
     tokens emitted per request."""
-    for case in CASES:
+    only_filtered = "--filtered" in (sys.argv[1:] if argv is None else argv)
+    for case in () if only_filtered else CASES:
         batch = make_inputs(case, "cuda")
         for _ in range(2):
             output = rejection_sample(batch, plan="split")
@@ -43,8 +52,9 @@ def main() -> int:
         torch.cuda.synchronize()
         print(case.id, output.num_emitted.tolist(), rows.num_emitted.tolist())
     # Filtered batches: the threshold kernel on target rows and, with draft_filter, on draft rows
-    # (flat and slotted), with a vocabulary off the tile width.
-    for case in (CASES[0], CASES[1], CASES[4]):
+    # (flat and slotted), with a vocabulary off the tile width; and at the benchmarks' vocabulary,
+    # where top-p's first pass is placed and its second skipped (`kernels.filters._few_left`).
+    for case in FILTERED_CASES if only_filtered else (CASES[0], CASES[1], CASES[4], *FILTERED_CASES):
         for name, settings in FILTERS.items():
             batch = filtered(make_inputs(case, "cuda"), settings)
             output = rejection_sample(batch, plan="split")
