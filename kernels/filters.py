@@ -30,10 +30,9 @@ order), so every pivot is a token's exact value.
    masses, added the same way; then the tokens of the row's interval are counted and their keys
    compacted into the chunk's own region (`_compact_chunk`: a slot a token from the chunk's counter,
    in no particular order, since the select kernel sorts them; no tile pays a scan);
-   and each chunk's smallest logit at or above min-p's key. A line of a tile whose maximum (the
-   first pass's, one a `maxima_tile` tokens) lies below both bounds is not read (with top-k 50 and
-   min-p 0.05 on the benchmarks' Gaussian logits, about 50 lines of a row's 1,002 are); without
-   min-p, a chunk's least logit is its first pass's.
+   and each chunk's smallest logit at or above min-p's key. A tile whose maxima (the first pass's)
+   lie below both bounds is not read (with top-k 50 and min-p 0.05 on the benchmarks' Gaussian
+   logits, two thirds of them on average); without min-p, a chunk's least logit is its first pass's.
 5. ``filter_select_kernel`` (each row): the chunks' candidates gathered (`_pack`); where they fit,
    they are sorted (`_sorted`) and the pivots read off: the ``k``-th largest, then top-p's over the
    renormalised kept mass by a cumulative sum largest first (`_top_p_sorted`, `_top_p_finish`).
@@ -904,33 +903,24 @@ def _compact_chunk(row_ptr, maxima_ptr, out_ptr, count_ptr, chunk, vocab_size, n
 
     A token takes its slot by an atomic add (the compiler adds a warp's at once), so no tile pays a
     scan; the slots' order is the threads', not the tokens', and the select kernel sorts the keys.
-    The row's maxima (``maxima_ptr``: one a ``TILE`` tokens, `filter_stats_kernel`'s) say which lines
-    of ``TILE`` tokens can hold such a token: a line whose maximum is below ``lo`` (or the interval is
-    empty) and below ``kept_key`` is not read (its lanes are masked, so its bytes are never loaded),
-    and a tile with no such line is skipped whole; either leaves the count and the smallest logit as
-    they were. With top-k 50 on the benchmarks' logits, about 50 lines of a row's 1,002 hold one,
-    spread over a third of its tiles."""
-    smallest = tl.full([BLOCK_V // TILE, TILE], POS_INF, tl.float32)
+    The row's maxima (``maxima_ptr``: one a ``TILE`` tokens, `filter_stats_kernel`'s) say which tiles
+    can hold such a token: a tile whose maxima are all below ``lo`` (or the interval is empty) and
+    below ``kept_key`` is not read, which leaves the count and the smallest logit as they were."""
+    smallest = tl.full([BLOCK_V], POS_INF, tl.float32)
     lines = tl.arange(0, BLOCK_V // TILE)
-    lanes = tl.arange(0, TILE)
     least_key = tl.minimum(tl.where(lo < hi, lo, ABOVE_EVERY_KEY), kept_key)
     for t in range(TILES):
         tile_start = (chunk * TILES + t) * BLOCK_V
         tiles = tile_start // TILE + lines
         maxima = tl.load(maxima_ptr + tiles, mask=tiles < num_tiles, other=NEG_INF)
-        read = order_key(maxima) >= least_key
-        if tl.max(read.to(tl.int32), axis=0) > 0:
-            tokens = tile_start + lines[:, None] * TILE + lanes[None, :]
-            inside = (tokens < vocab_size) & read[:, None]
-            x = clean_logit(tl.load(row_ptr + tokens, mask=inside, other=NEG_INF))
-            keys = masked_key(x, inside)
+        if tl.max(order_key(maxima), axis=0) >= least_key:
+            x, in_vocab = _tile(row_ptr, tile_start, vocab_size, BLOCK_V)
+            keys = masked_key(x, in_vocab)
             smallest = tl.minimum(smallest, tl.where(keys >= kept_key, x, POS_INF))
             taken = (keys >= lo) & (keys < hi)
-            slot = tl.atomic_add(
-                count_ptr + tl.zeros([BLOCK_V // TILE, TILE], tl.int32), 1, mask=taken, sem="relaxed"
-            )
+            slot = tl.atomic_add(count_ptr + tl.zeros([BLOCK_V], tl.int32), 1, mask=taken, sem="relaxed")
             tl.store(out_ptr + slot, keys, mask=taken & (slot < SHARE))
-    return tl.min(tl.min(smallest, axis=1), axis=0)
+    return tl.min(smallest, axis=0)
 
 
 @triton.jit
