@@ -85,6 +85,7 @@ from specsample.kernels.rules import (
     NEG_INF_KEY,
     NO_KEY,
     POS_INF,
+    UNKNOWN_MASS,
     after_previous_launch,
     clean_logit,
     filters_row,
@@ -544,7 +545,10 @@ def _top_p_finish(row_ptr, cand_ptr, vocab_size, target, lo, hi, mass_hi, at_lo,
     above ``hi`` ``mass_hi < target``; ``at_lo - at_hi`` tokens in it, compacted where ``compacted`` is 1):
     ``WAYS``-way passes by key narrow it until it holds at most ``capacity`` tokens (compacted, sorted,
     and their masses added to ``mass_hi`` largest first: the pivot is the least key whose mass above
-    is below the target) or one key (``hi``), or ``passes`` passes in all are spent (``hi``)."""
+    is below the target) or one key (``hi``), or ``passes`` passes in all are spent (``hi``).
+
+    Returns ``(pivot, kept mass)``: the mass of the tokens at or above the pivot, ``mass_hi`` plus the
+    sorted candidates' from the largest down, where they were sorted; `UNKNOWN_MASS` elsewhere."""
     i = 1
     while (at_lo - at_hi > capacity) & (hi - lo > 1) & (i < passes):
         cuts = _cuts(lo, hi, NEG_INF, False, WAYS)
@@ -556,6 +560,7 @@ def _top_p_finish(row_ptr, cand_ptr, vocab_size, target, lo, hi, mass_hi, at_lo,
         compacted = compacted * 0
         i += 1
     pivot = hi
+    kept_mass = tl.full([], UNKNOWN_MASS, tl.float32)
     n = at_lo - at_hi
     if (hi - lo > 1) & (n <= capacity):
         if compacted == 0:
@@ -572,7 +577,15 @@ def _top_p_finish(row_ptr, cand_ptr, vocab_size, target, lo, hi, mass_hi, at_lo,
         weights = weight(key_value(keys), valid, row_max, inv_temperature)
         before = mass_hi + (tl.cumsum(weights, axis=0) - weights)
         pivot = tl.min(tl.where(valid & (before < target), keys.to(tl.int64), hi), axis=0)
-    return pivot
+        kept_mass = mass_hi + tl.sum(tl.where(keys.to(tl.int64) >= pivot, weights, 0.0), axis=0)
+    return pivot, kept_mass
+
+
+@triton.jit
+def _mass_from(cand, kept_key, row_max, inv_temperature):
+    """The sum of ``exp((z - max) / T)`` over the candidate keys ``cand`` at or above ``kept_key``."""
+    kept = cand.to(tl.int64) >= kept_key
+    return tl.sum(weight(key_value(cand), kept, row_max, inv_temperature), axis=0)
 
 
 @triton.jit
@@ -1020,17 +1033,26 @@ def filter_compact_kernel(logits_ptr, temperature_ptr, chunk_stats_ptr, tile_max
         tl.store(chunk_min_ptr + row * num_chunks + chunk, smallest)
 
 
-@triton.jit(do_not_specialize=["num_chunks", "capacity", "passes"])
+@triton.jit(do_not_specialize=["kept_stride", "num_chunks", "capacity", "passes"])
 def filter_select_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, row_stats_ptr, row_state_ptr,
-                         candidates_ptr, regions_ptr, chunk_count_ptr, chunk_min_ptr, threshold_ptr,
-                         logits_stride, vocab_size, num_chunks, capacity, passes, HAS_TOP_K: tl.constexpr,
-                         HAS_TOP_P: tl.constexpr, WAYS: tl.constexpr, BLOCK_V: tl.constexpr,
-                         SCAN: tl.constexpr, CAPACITY: tl.constexpr, SHARE: tl.constexpr,
-                         GROUP: tl.constexpr, PDL: tl.constexpr):  # fmt: skip
+                         candidates_ptr, regions_ptr, chunk_count_ptr, chunk_min_ptr, threshold_ptr, kept_ptr,
+                         kept_stride, logits_stride, vocab_size, num_chunks, capacity, passes,
+                         HAS_TOP_K: tl.constexpr, HAS_TOP_P: tl.constexpr, WAYS: tl.constexpr,
+                         BLOCK_V: tl.constexpr, SCAN: tl.constexpr, CAPACITY: tl.constexpr,
+                         SHARE: tl.constexpr, GROUP: tl.constexpr, PDL: tl.constexpr):  # fmt: skip
     """Grid (R,): the row's threshold ``t``: top-k's ``k``-th value (`_top_k_finish`), then top-p's
     pivot (`_top_p_sorted` on top-k's candidates where they are every kept token, else
     `_top_p_finish`), then the smallest kept logit: its filters keep exactly the tokens with
-    ``z >= t``."""
+    ``z >= t``.
+
+    And the row's kept statistics, ``kept [2, R]`` (row stride ``kept_stride``): the row max (always
+    kept) and the sum of ``exp((z - max) / T)`` over the kept tokens, so that the sampler need not
+    read the row for them (`rejection_kernels.row_stats_kernel`). The sum is known where the
+    candidates sorted here hold every kept token above what the passes summed (top-k's, and top-p's
+    after its search) or every token is kept (the row's sum); elsewhere (min-p alone, a search by
+    passes alone, rows that filter nothing: greedy ones, those without a finite logit) it is
+    `UNKNOWN_MASS`. The candidates' sum adds the same terms in another order than a pass over the
+    row would: the two differ by float32 rounding, which moves decisions only at near ties."""
     after_previous_launch(PDL)
     row = tl.program_id(0)
     row_ptr = logits_ptr + row.to(tl.int64) * logits_stride
@@ -1040,7 +1062,9 @@ def filter_select_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, row_
     row_max = tl.load(stats)
     row_sum = tl.load(stats + 1)
     least = tl.load(stats + 2)
-    inv_temperature = inverse_temperature(tl.load(temperature_ptr + row))
+    temperature = tl.load(temperature_ptr + row)
+    inv_temperature = inverse_temperature(temperature)
+    kept_mass = tl.full([], UNKNOWN_MASS, tl.float32)
     max_key = order_key(row_max).to(tl.int64)
     mode = tl.load(state + STATE_MODE)
     kept_key = tl.load(state + STATE_KEPT)
@@ -1079,6 +1103,9 @@ def filter_select_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, row_
                     else:
                         # Top-k's candidates are not every kept token.
                         search = tl.full([], 1, tl.int32)
+            if whole & (lo <= kept_key):
+                # Every kept token is a candidate (where top-p searches, it finds the mass itself).
+                kept_mass = _mass_from(cand, kept_key, row_max, inv_temperature)
     if HAS_TOP_P:
         if mode == MODE_TOP_P:
             lo = tl.load(state + STATE_FINAL_LO)
@@ -1106,7 +1133,7 @@ def filter_select_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, row_
                     WAYS,
                 )
                 compacted = tl.full([], 0, tl.int32)
-            kept_key = _top_p_finish(
+            kept_key, kept_mass = _top_p_finish(
                 row_ptr, cand_ptr, vocab_size, target, lo, hi, mass_hi, at_lo, at_hi, compacted, row_max,
                 inv_temperature, capacity, passes, BLOCK_V, SCAN, WAYS, CAPACITY,
             )  # fmt: skip
@@ -1128,6 +1155,11 @@ def filter_select_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, row_
         # The max is always kept; a threshold at the row's least logit keeps every token.
         threshold = tl.where(smallest > least, tl.minimum(smallest, row_max), NEG_INF)
     tl.store(threshold_ptr + row, threshold)
+    # Every token kept: the row's own sum.
+    kept_mass = tl.where(threshold == NEG_INF, row_sum, kept_mass)
+    tl.store(kept_ptr + row, row_max)
+    kept_mass = tl.where(filters_row(temperature, row_max), kept_mass, UNKNOWN_MASS)
+    tl.store(kept_ptr + kept_stride + row, kept_mass)
 
 
 # Rows of parameters `row_params_kernel` gathers a program.
@@ -1207,6 +1239,20 @@ def _check_vector(
     if tuple(value.shape) != (rows,):
         raise _fail(name, f"has shape {tuple(value.shape)}; expected [R] = [{rows}]")
     return value
+
+
+def _check_kept(kept: object, device: torch.device, rows: int) -> None:
+    """``kept``, checked: a ``[2, R]`` fp32 tensor on ``device``, its rows contiguous."""
+    if not isinstance(kept, torch.Tensor):
+        raise _fail("kept", f"has type {type(kept).__qualname__}; expected a torch.Tensor")
+    if kept.device != device:
+        raise _fail("kept", f"is on device {kept.device}; expected {device} (the device of logits)")
+    if kept.dtype != torch.float32:
+        raise _fail("kept", f"has dtype {kept.dtype}; expected float32")
+    if tuple(kept.shape) != (2, rows):
+        raise _fail("kept", f"has shape {tuple(kept.shape)}; expected [2, R] = [2, {rows}]")
+    if rows > 1 and kept.stride(1) != 1:
+        raise _fail("kept", f"has stride {kept.stride()}; its rows must be contiguous (last stride 1)")
 
 
 def _check_entries(name: str, values: torch.Tensor, ok: torch.Tensor, expected: str) -> None:
@@ -1413,6 +1459,8 @@ def filter_thresholds(
     search_passes: int | None = None,
     search_ways: int | None = None,
     plan: str | None = None,
+    out: torch.Tensor | None = None,
+    kept: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Each row's threshold ``t``: the row's filters keep exactly ``{x : z_x >= t}`` (NaN as ``-inf``).
 
@@ -1444,9 +1492,14 @@ def filter_thresholds(
             `kernels.filter_rows_kernels`, in tiles ``block_v`` wide); default: ``"rows"`` for CPU
             tensors (the interpreter), else ``"split"``. Both keep the same sets up to near pivots (the
             order of float32 sums).
+        out: where given, the ``[R]`` fp32 tensor (on the device of ``logits``, contiguous) that
+            receives the thresholds.
+        kept: where given, a ``[2, R]`` fp32 tensor (rows contiguous) that receives each row's kept
+            statistics: its max, and the sum of ``exp((z - max) / T)`` over its kept tokens where the
+            split plan's search found it (`filter_select_kernel`), else `UNKNOWN_MASS`.
 
     Returns:
-        ``[R]`` fp32 thresholds on the device of ``logits``.
+        ``[R]`` fp32 thresholds on the device of ``logits`` (``out`` where given).
 
     Raises:
         ValueError: naming the argument and the value, for a wrong type, shape, dtype, device, row
@@ -1497,13 +1550,22 @@ def filter_thresholds(
         capacity = INTERPRETER_CAPACITY if device.type == "cpu" else CAPACITY
     if not isinstance(capacity, int) or not 0 <= capacity <= MAX_CAPACITY:
         raise _fail("capacity", f"is {capacity!r}; expected an int in [0, {MAX_CAPACITY}]")
+    if out is not None:
+        _check_vector("out", out, (torch.float32,), device, rows)
+        if rows > 1 and out.stride(0) != 1:
+            raise _fail("out", f"has stride {out.stride()}; expected a contiguous [R] tensor")
+    if kept is not None:
+        _check_kept(kept, device, rows)
     if check_values or (check_values is None and device.type == "cpu"):
         _check_values(temperature, top_k, top_p, min_p)
 
-    thresholds = torch.empty(rows, dtype=torch.float32, device=device)
+    thresholds = torch.empty(rows, dtype=torch.float32, device=device) if out is None else out
     if rows == 0:
         return thresholds
-    if top_k is None and top_p is None and min_p is None:
+    unfiltered = top_k is None and top_p is None and min_p is None
+    if kept is not None and (unfiltered or plan == "rows"):
+        kept[1].fill_(UNKNOWN_MASS.value)
+    if unfiltered:
         return thresholds.fill_(float("-inf"))
     if plan == "rows":
         return _rows_thresholds(logits, temperature, top_k, top_p, min_p, thresholds, block_v)
@@ -1517,15 +1579,19 @@ def filter_thresholds(
         "top_p_ptr": top_p if top_p is not None else temperature,
         "min_p_ptr": min_p if min_p is not None else temperature, "threshold_ptr": thresholds,
     }  # fmt: skip
+    if kept is not None:
+        inputs["kept_ptr"] = kept
+    # Without ``kept``, the kept statistics go to the workspace (`_split_plan`), rows apart.
+    kept_stride = rows if kept is None else kept.stride(0)
     key = (
         "split", _device_key(device), rows, vocab_size, logits.dtype, logits.stride(0), has,
         None if top_k is None else top_k.dtype, block_v, chunks, capacity, search_passes, search_ways,
-        launch.aligned(*inputs.values()),
+        kept is not None, kept_stride, launch.aligned(*inputs.values()),
     )  # fmt: skip
 
     def make() -> FilterPlan:
         return _split_plan(rows, vocab_size, logits.stride(0), device, has, block_v, chunks, capacity,
-                           search_passes, search_ways)  # fmt: skip
+                           search_passes, search_ways, kept is not None, kept_stride)  # fmt: skip
 
     # The call's workspace, held until its launches are enqueued (a free after that is ordered after
     # them on the stream).
@@ -1550,7 +1616,7 @@ def filter_thresholds(
 SPLIT_BUFFERS = frozenset({
     "logits_ptr", "temperature_ptr", "top_k_ptr", "top_p_ptr", "min_p_ptr", "threshold_ptr",
     "chunk_stats_ptr", "tile_max_ptr", "tile_mass_ptr", "chunk_count_ptr", "row_stats_ptr", "row_state_ptr",
-    "first_ptr", "masses_ptr", "regions_ptr", "chunk_min_ptr", "candidates_ptr",
+    "first_ptr", "masses_ptr", "regions_ptr", "chunk_min_ptr", "candidates_ptr", "kept_ptr",
 })  # fmt: skip
 
 
@@ -1565,8 +1631,11 @@ def _split_plan(
     capacity: int,
     search_passes: int,
     search_ways: int,
+    kept_given: bool,
+    kept_stride: int,
 ) -> FilterPlan:
-    """`filter_thresholds`' split plan for a call structure: its launches, in order, and its workspace."""
+    """`filter_thresholds`' split plan for a call structure: its launches, in order, and its workspace
+    (which holds the kept statistics where the call gives no tensor for them: ``kept_given`` false)."""
     has_top_k, has_top_p, has_min_p = has
     if block_v is None:
         block_v = _launch_block_v(vocab_size, device)
@@ -1599,6 +1668,7 @@ def _split_plan(
         "candidates_ptr": (torch.int32, (rows if searches else 0, block_capacity)),
         "regions_ptr": (torch.int32, (rows if searches else 0, num_chunks * share)),
         "chunk_count_ptr": (torch.int32, (rows, num_chunks)),
+        **({} if kept_given else {"kept_ptr": (torch.float32, (2, rows))}),
     })  # fmt: skip
     # A pass of masses or counts holds a [BLOCK_V, ways] tile: at most SEARCH_TILE elements on a GPU.
     search_block = (
@@ -1640,10 +1710,10 @@ def _split_plan(
         of(filter_compact_kernel, grid, dependent, {"masses_ptr": "masses_second"}, logits_stride=stride,
            num_chunks=num_chunks, num_tiles=num_tiles, WAYS=first_ways, BLOCK_V=block_v,
            TILES=tiles_per_chunk, SHARE=share, TILE=tile),
-        of(filter_select_kernel, per_row, wide, logits_stride=stride, num_chunks=num_chunks,
-           capacity=capacity, passes=search_passes, HAS_TOP_K=has_top_k, HAS_TOP_P=has_top_p,
-           WAYS=search_ways, BLOCK_V=search_block, SCAN=scan_block, CAPACITY=block_capacity, SHARE=share,
-           GROUP=group),
+        of(filter_select_kernel, per_row, wide, logits_stride=stride, kept_stride=kept_stride,
+           num_chunks=num_chunks, capacity=capacity, passes=search_passes, HAS_TOP_K=has_top_k,
+           HAS_TOP_P=has_top_p, WAYS=search_ways, BLOCK_V=search_block, SCAN=scan_block,
+           CAPACITY=block_capacity, SHARE=share, GROUP=group),
     ]  # fmt: skip
     return FilterPlan(tuple(launches), layout, nbytes)
 

@@ -682,25 +682,54 @@ def rejection_sample(
     return output
 
 
-def _row_thresholds(batch: SpecBatch, plan: str) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _threshold_rows(batch: SpecBatch) -> tuple[int, int]:
+    """How many rows have a threshold: the target rows, and with ``draft_filter`` the draft rows (``D``,
+    or ``S * K`` of slotted drafts; 0 without it)."""
+    draft = batch.draft_logits
+    if not batch.draft_filter or draft is None:
+        return batch.target_logits.shape[0], 0
+    return batch.target_logits.shape[0], draft.shape[0] * (draft.shape[1] if draft.dim() == 3 else 1)
+
+
+def kept_stride(batch: SpecBatch) -> int:
+    """The rows of each part of `split_filters`' thresholds buffer: those `_threshold_rows` counts,
+    rounded up to a multiple of 4 (`rejection_kernels.row_stats_kernel` rounds them the same way)."""
+    return -(-sum(_threshold_rows(batch)) // 4) * 4
+
+
+def _row_thresholds(
+    batch: SpecBatch, plan: str, out: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Each target row's threshold (`kernels.filters.filter_thresholds`, in launch plan ``plan``) and,
     with ``draft_filter``, each draft row's (``[D]``, or ``[S * K]`` of slotted drafts: rows no request
     reads are greedy, so ``-inf``); ``None`` without it. No host synchronisation: each row's
     parameters are gathered on the device (`kernels.filters.row_parameters`, one launch), from
-    shapes known on the host."""
+    shapes known on the host.
+
+    ``out``, where given, is ``[3 N]`` fp32 (``N`` the rows `_threshold_rows` counts, rounded up to a
+    multiple of 4 so that each part starts 16-byte aligned: `kept_stride`): the thresholds go to
+    ``out[:N]`` (the target rows' first), and the rows' kept statistics
+    (`kernels.filters.filter_select_kernel`: max, then kept sum) to ``out[N:2N]`` and ``out[2N:]``."""
     params = [getattr(batch, name) for name in FILTERS]
+    num_target, _ = _threshold_rows(batch)
+    num = kept_stride(batch)
 
-    def thresholds(logits: torch.Tensor, extra: int) -> torch.Tensor:
+    def thresholds(logits: torch.Tensor, extra: int, first: int) -> torch.Tensor:
         gathered = row_parameters(batch.cu_num_drafts, logits.shape[0], extra, batch.temperature, *params)
-        return filter_thresholds(logits, *gathered, check_values=False, plan=plan)
+        rows = logits.shape[0]
+        views: dict[str, torch.Tensor] = {}
+        if out is not None:
+            views["out"] = out[first : first + rows]
+            views["kept"] = out[num:].view(2, num)[:, first : first + rows]
+        return filter_thresholds(logits, *gathered, check_values=False, plan=plan, **views)
 
-    target = thresholds(batch.target_logits, 1)
+    target = thresholds(batch.target_logits, 1, 0)
     draft = batch.draft_logits
     if not batch.draft_filter or draft is None:
         return target, None
     if draft.dim() == 2:
         empty = torch.empty(0, dtype=torch.float32, device=batch.device)
-        return target, thresholds(draft, 0) if draft.shape[0] else empty
+        return target, thresholds(draft, 0, num_target) if draft.shape[0] else empty
     # Slotted drafts: a slot's rows belong to the request that names it; rows of a slot no request
     # names are greedy.
     assert batch.draft_slot is not None
@@ -712,8 +741,12 @@ def _row_thresholds(batch: SpecBatch, plan: str) -> tuple[torch.Tensor, torch.Te
     owner = row_owner.clamp(min=0)
     temperature = torch.where(row_owner >= 0, batch.temperature[owner], 0.0)
     gathered = [None if param is None else param[owner] for param in params]
+    views = {}
+    if out is not None:
+        end = num_target + num_slots * capacity
+        views = {"out": out[num_target:end], "kept": out[num:].view(2, num)[:, num_target:end]}
     return target, filter_thresholds(
-        draft.reshape(-1, vocab_size), temperature, *gathered, check_values=False, plan=plan
+        draft.reshape(-1, vocab_size), temperature, *gathered, check_values=False, plan=plan, **views
     )
 
 
@@ -745,15 +778,16 @@ def filter_batch(batch: SpecBatch, plan: str | None = None) -> SpecBatch:
 def split_filters(batch: SpecBatch) -> tuple[SpecBatch, torch.Tensor | None, int]:
     """The split plan's filtered call: ``batch`` without its sampling parameters; the thresholds
     through which the kernels read the rows (`rules.kept_logit`) where the rows plan reads a masked
-    copy: each target row's, then with ``draft_filter`` each draft row's (`_row_thresholds`); and
-    which rows are read through them (the kernels' ``FILTERED``: `rules.TARGET_ROWS` or
-    `rules.ALL_ROWS`). ``(batch, None, 0)`` without parameters."""
+    copy: each target row's, then with ``draft_filter`` each draft row's, followed by the rows' kept
+    statistics, which spare the statistics pass its reads where the filters found them
+    (`_row_thresholds`' ``out``: ``[3 N]``); and which rows are read through them (the kernels'
+    ``FILTERED``: `rules.TARGET_ROWS` or `rules.ALL_ROWS`). ``(batch, None, 0)`` without
+    parameters."""
     if not batch.filtered:
         return (dataclasses.replace(batch, draft_filter=False) if batch.draft_filter else batch), None, 0
-    target_t, draft_t = _row_thresholds(batch, "split")
-    if draft_t is None:
-        return _unfiltered(batch), target_t, TARGET_ROWS.value
-    return _unfiltered(batch), torch.cat((target_t, draft_t)), ALL_ROWS.value
+    out = torch.empty(3 * kept_stride(batch), dtype=torch.float32, device=batch.device)
+    _, draft_t = _row_thresholds(batch, "split", out)
+    return _unfiltered(batch), out, TARGET_ROWS.value if draft_t is None else ALL_ROWS.value
 
 
 # Whether the sampler declares the sampling parameters (`TritonRejectionSampler`): unset or anything but

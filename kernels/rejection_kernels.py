@@ -66,6 +66,7 @@ from specsample.kernels.rules import (
     STRICT,
     SYNTHETIC,
     TREE,
+    UNKNOWN_MASS,
     accept_uniform,
     accepts,
     after_previous_launch,
@@ -440,8 +441,33 @@ def _split_program(
     out = row * num_splits + split
     target_threshold = tl.full([], NEG_INF, tl.float32)
     draft_threshold = tl.full([], NEG_INF, tl.float32)
+    # A sampled filtered row whose kept statistics the filters found is not read (strict rows draw
+    # their sample in this pass, so they read theirs): split 0 takes the statistics, the others
+    # count for nothing.
+    KEPT: tl.constexpr = FILTERED > 0 and METHOD != STRICT and METHOD != TREE
+    known = tl.full([], 0, tl.int1)
+    draft_known = tl.full([], 0, tl.int1)
+    kept_max = tl.full([], NEG_INF, tl.float32)
+    kept_sum = tl.full([], 0.0, tl.float32)
+    draft_kept_max = tl.full([], NEG_INF, tl.float32)
+    draft_kept_sum = tl.full([], 0.0, tl.float32)
     if FILTERED:
         target_threshold = tl.load(threshold_ptr + target_row, mask=target_inside, other=NEG_INF)
+        # The thresholds buffer: the target rows' thresholds, then with draft_filter the draft
+        # rows', then the rows' kept max, then their kept sum, each part N rows (their count rounded
+        # up to a multiple of 4: `kernels.rejection.kept_stride`).
+        num_thresholds = num_target_rows
+        if FILTERED == ALL_ROWS:
+            draft_rows = geometry_field(geometry_ptr, GEOMETRY.num_draft_rows)
+            if SLOTTED:
+                draft_rows *= geometry_field(geometry_ptr, GEOMETRY.slot_capacity)
+            num_thresholds += draft_rows
+        num_thresholds = (num_thresholds + 3) // 4 * 4
+        if KEPT:
+            kept_at = threshold_ptr + num_thresholds + target_row
+            kept_sum = tl.load(kept_at + num_thresholds, mask=target_inside & sampled, other=UNKNOWN_MASS)
+            kept_max = tl.load(kept_at, mask=target_inside & sampled, other=NEG_INF)
+            known = kept_sum >= 0.0
     first = split * (TILES_PER_SPLIT * BLOCK_V)
     row_max = tl.full([], NEG_INF, tl.float32)
     row_sum = tl.full([], 0.0, tl.float32)
@@ -481,6 +507,13 @@ def _split_program(
                 mask=draft_index >= 0,
                 other=NEG_INF,
             )
+            if KEPT:
+                draft_kept_at = threshold_ptr + num_thresholds + num_target_rows + tl.maximum(draft_index, 0)
+                draft_kept_sum = tl.load(
+                    draft_kept_at + num_thresholds, mask=(draft_index >= 0) & sampled, other=UNKNOWN_MASS
+                )
+                draft_kept_max = tl.load(draft_kept_at, mask=(draft_index >= 0) & sampled, other=NEG_INF)
+                draft_known = draft_kept_sum >= 0.0
         reads_q = sampled & is_draft
     else:
         reads_q = position < 0
@@ -497,22 +530,42 @@ def _split_program(
                 TILES_PER_SPLIT, BLOCK_V,
             )  # fmt: skip
     elif reads_q:
-        row_max, row_sum, draft_max, draft_sum = _split_moments(
-            target_row_ptr, target_inside, draft_ptr + tl.maximum(draft_offset, 0), draft_offset >= 0, split,
-            vocab_size, inv_temperature, target_threshold, draft_threshold, FILTERED, True, TILES_PER_SPLIT,
-            BLOCK_V,
-        )  # fmt: skip
+        # Without KEPT, known and draft_known are constant false: only the first branch is compiled.
+        draft_row_ptr = draft_ptr + tl.maximum(draft_offset, 0)
+        if (known == 0) & (draft_known == 0):
+            row_max, row_sum, draft_max, draft_sum = _split_moments(
+                target_row_ptr, target_inside, draft_row_ptr, draft_offset >= 0, split, vocab_size,
+                inv_temperature, target_threshold, draft_threshold, FILTERED, True, TILES_PER_SPLIT, BLOCK_V,
+            )  # fmt: skip
+        elif draft_known == 0:
+            # The draft row alone; draft_threshold is -inf unless draft_filter, which reads it raw.
+            draft_max, draft_sum, _, _ = _split_moments(
+                draft_row_ptr, draft_offset >= 0, draft_row_ptr, False, split, vocab_size, inv_temperature,
+                draft_threshold, draft_threshold, FILTERED, False, TILES_PER_SPLIT, BLOCK_V,
+            )  # fmt: skip
+        elif known == 0:
+            row_max, row_sum, _, _ = _split_moments(
+                target_row_ptr, target_inside, target_row_ptr, False, split, vocab_size, inv_temperature,
+                target_threshold, draft_threshold, FILTERED, False, TILES_PER_SPLIT, BLOCK_V,
+            )  # fmt: skip
     elif sampled:
         # Only greedy rows compare drafts with the argmax; sampled rows skip it.
-        row_max, row_sum, _, _ = _split_moments(
-            target_row_ptr, target_inside, target_row_ptr, False, split, vocab_size, inv_temperature,
-            target_threshold, draft_threshold, FILTERED, False, TILES_PER_SPLIT, BLOCK_V,
-        )  # fmt: skip
+        if known == 0:
+            row_max, row_sum, _, _ = _split_moments(
+                target_row_ptr, target_inside, target_row_ptr, False, split, vocab_size, inv_temperature,
+                target_threshold, draft_threshold, FILTERED, False, TILES_PER_SPLIT, BLOCK_V,
+            )  # fmt: skip
     else:
         row_max, row_sum, row_arg = _split_stats(
             target_row_ptr, target_inside, split, vocab_size, inv_temperature, target_threshold, FILTERED,
             TILES_PER_SPLIT, BLOCK_V,
         )  # fmt: skip
+    if KEPT:
+        first_split = split == 0
+        row_max = tl.where(known, tl.where(first_split, kept_max, NEG_INF), row_max)
+        row_sum = tl.where(known, tl.where(first_split, kept_sum, 0.0), row_sum)
+        draft_max = tl.where(draft_known, tl.where(first_split, draft_kept_max, NEG_INF), draft_max)
+        draft_sum = tl.where(draft_known, tl.where(first_split, draft_kept_sum, 0.0), draft_sum)
     if METHOD == STRICT or METHOD == TREE:  # noqa: SIM109 (constexprs)
         tl.store(_split_record(work_ptr, SPLIT.cand_logit, tl.float32) + out, cand_logit)
         tl.store(_split_record(work_ptr, SPLIT.cand_gumbel, tl.float32) + out, cand_gumbel)

@@ -258,6 +258,9 @@ def log_prob_at(target_row_ptr, target_inside, token, row_max, log_sum, inv_temp
 # through per-row thresholds (`kept_logit`); `ALL_ROWS`, the draft rows too (``draft_filter``).
 TARGET_ROWS = tl.constexpr(1)
 ALL_ROWS = tl.constexpr(2)
+# A filtered row's kept sum that the filters did not find (`kernels.filters.filter_select_kernel`):
+# the statistics pass reads the row for it.
+UNKNOWN_MASS = tl.constexpr(-1.0)
 
 
 @triton.jit

@@ -13,6 +13,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from specsample.kernels import rejection
 from specsample.kernels.filters import row_parameters
 from specsample.kernels.rejection import TritonRejectionSampler, filter_batch, rejection_sample
 from specsample.properties.checks.coupled import agreement
@@ -151,10 +152,12 @@ def test_the_split_plan_reads_the_rows_as_their_masked_copy(
     method: str, layout: str, draft_filter: bool, dtype: torch.dtype, seed: int, vocab_size: int
 ) -> None:
     """The split plan reads a filtered batch's rows through their thresholds (`rules.kept_logit`):
-    token for token, count for count and logprob for logprob what it emits on the masked copy of
-    the rows (`filter_batch`), every method, layout, dtype and draft_filter. V = 37: `_batch`; V =
-    2,048 and 2,500: `_wide_batch`, whose sampling pass reads its two blocks the fast way
-    (`_fast_row`) at 2,048 and its three the general way at 2,500."""
+    token for token and count for count what it emits on the masked copy of the rows
+    (`filter_batch`), every method, layout, dtype and draft_filter, and logprobs within 1e-5. The
+    statistics pass takes a row's kept sum from the filters where they found it (the same terms added
+    in another order: at most 4.8e-7 apart on these batches) and reads the masked copy for it. V =
+    37: `_batch`; V = 2,048 and 2,500: `_wide_batch`, whose sampling pass reads its two blocks the
+    fast way (`_fast_row`) at 2,048 and its three the general way at 2,500."""
     if vocab_size == 37:
         batch = _batch(method, layout, draft_filter, dtype, seed=seed)
     else:
@@ -165,7 +168,7 @@ def test_the_split_plan_reads_the_rows_as_their_masked_copy(
     assert torch.equal(through.num_emitted, masked.num_emitted)
     assert through.logprobs is not None and masked.logprobs is not None
     assert torch.equal(through.logprobs.isnan(), masked.logprobs.isnan())
-    assert torch.equal(through.logprobs.nan_to_num(), masked.logprobs.nan_to_num())
+    torch.testing.assert_close(through.logprobs.nan_to_num(), masked.logprobs.nan_to_num(), rtol=0, atol=1e-5)
 
 
 def _crossed_batch(vocab_size: int, seed: int, count: int) -> SpecBatch:
@@ -279,3 +282,35 @@ def test_each_row_gets_its_requests_parameters(
         if param is not None:
             assert value is not None
             assert torch.equal(value, param[owner])
+
+
+def test_the_statistics_pass_takes_the_kept_sums_the_filters_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the filters found a row's kept sum (`filter_select_kernel`), the split plan's statistics
+    pass takes it and does not read the row; elsewhere it reads the row. With every kept sum the
+    filters found doubled, each token of the top-k and top-p request and of the unfiltered one
+    (whose kept sum is the row's) has its logprob moved by ``-log 2`` and the min-p request's and
+    the greedy one's none; synthetic verification's decisions and Gumbel-max draws do not depend on
+    the sum, so the tokens stay the same."""
+    batch = _batch("synthetic", "flat", False, torch.float32, seed=3)
+    plain = rejection_sample(batch, plan="split")
+    original = rejection.filter_thresholds
+
+    def doubled(*args: object, **kwargs: object) -> torch.Tensor:
+        thresholds = original(*args, **kwargs)  # type: ignore[arg-type]
+        kept = kwargs.get("kept")
+        assert isinstance(kept, torch.Tensor)
+        kept[1] = torch.where(kept[1] >= 0, 2 * kept[1], kept[1])
+        return thresholds
+
+    monkeypatch.setattr(rejection, "filter_thresholds", doubled)
+    moved = rejection_sample(batch, plan="split")
+    assert torch.equal(moved.token_ids, plain.token_ids)
+    assert moved.logprobs is not None and plain.logprobs is not None
+    # An accepted synthetic draft may have probability 0: its logprob is -inf either way.
+    assert torch.equal(torch.isfinite(moved.logprobs), torch.isfinite(plain.logprobs))
+    emitted = torch.arange(moved.token_ids.shape[1], device=DEVICE)[None, :] < moved.num_emitted[:, None]
+    emitted &= torch.isfinite(plain.logprobs)
+    shift = torch.where(emitted, moved.logprobs - plain.logprobs, 0.0).cpu()
+    expected = torch.tensor([1.0, 0.0, 0.0, 1.0])[:, None] * emitted.cpu() * -float(np.log(2.0))
+    assert emitted[0].any() and emitted[3].any()
+    torch.testing.assert_close(shift, expected, rtol=0, atol=1e-5)

@@ -572,6 +572,11 @@ def _bad_call(case: str) -> dict[str, object]:
         "min_p:one": torch.tensor([0.0, 1.0]),
         "min_p:negative": torch.tensor([-0.25, 0.0]),
         "min_p:list": [0.0, 0.0],
+        "out:short": torch.empty(rows + 1),
+        "out:strided": torch.empty(2 * rows)[::2],
+        "kept:f64": torch.empty(2, rows, dtype=torch.float64),
+        "kept:shape": torch.empty(3, rows),
+        "kept:columns": torch.empty(rows, 2).t(),
     }[f"{name}:{value}"]
     return args
 
@@ -595,6 +600,11 @@ def _bad_call(case: str) -> dict[str, object]:
         ("min_p=one", r"min_p\[1\] is 1.0; expected a value in \[0, 1\)"),
         ("min_p=negative", r"min_p\[0\] is -0.25; expected a value in \[0, 1\)"),
         ("min_p=list", r"min_p has type list; expected a torch.Tensor"),
+        ("out=short", r"out has shape \(3,\); expected \[R\] = \[2\]"),
+        ("out=strided", r"out has stride \(2,\); expected a contiguous \[R\] tensor"),
+        ("kept=f64", r"kept has dtype torch.float64; expected float32"),
+        ("kept=shape", r"kept has shape \(3, 2\); expected \[2, R\] = \[2, 2\]"),
+        ("kept=columns", r"kept has stride \(1, 2\); its rows must be contiguous"),
     ],
 )
 def test_bad_inputs_raise_naming_the_argument_and_value(case: str, message: str) -> None:
@@ -751,3 +761,41 @@ def test_top_p_narrows_many_candidates_before_it_sorts() -> None:
     comparison = _check(rows, expected)
     assert int(comparison.reference[0].sum()) > SMALL_SORT.value
     np.testing.assert_array_equal(_thresholds(rows, capacity=2048), expected)
+
+
+def test_the_select_kernel_finds_each_rows_kept_sum() -> None:
+    """The split plan's kept statistics (``kept``, `filter_select_kernel`): each row's max, and the sum
+    of ``exp((z - max) / T)`` over the tokens its threshold keeps, within 1e-5 of float64's
+    (relative), where the candidates sorted hold every kept token (top-k; top-k then top-p and
+    min-p; top-p after its search, at T = 1 and 0.7) or every token is kept (filters off);
+    `UNKNOWN_MASS` for min-p alone, a search by passes alone (capacity 0) and greedy rows. Rows:
+    Gaussian logits at a scale of 3 over V = 3,000."""
+    rng = np.random.default_rng(5)
+    logits = rng.normal(size=(7, 3000)) * 3.0
+    rows = _rows(
+        logits,
+        [1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.7],
+        top_k=[50, 50, 0, 0, 0, 50, 0],
+        top_p=[1.0, 0.9, 0.9, 1.0, 1.0, 1.0, 0.5],
+        min_p=[0.0, 0.05, 0.0, 0.05, 0.0, 0.0, 0.0],
+    )
+    temperature, top_k, top_p, min_p = rows.tensors()
+    assert temperature is not None
+    known = [True, True, True, False, True, False, True]
+    searched = [True, True, True, False, False, False, True]
+    for capacity in (2048, 0):
+        kept = torch.full((2, 7), np.nan, device=DEVICE)
+        t = filter_thresholds(rows.logits, temperature, top_k, top_p, min_p, capacity=capacity, plan="split",
+                              kept=kept)  # fmt: skip
+        _check(rows, t.cpu().numpy())
+        z = rows.float64()
+        np.testing.assert_array_equal(kept[0].cpu().numpy(), z.max(axis=1).astype(np.float32))
+        sums = kept[1].cpu().numpy()
+        for row, found in enumerate(known):
+            if not found or (capacity == 0 and searched[row]):
+                assert sums[row] == filters.UNKNOWN_MASS.value, (capacity, row)
+                continue
+            scale = 1.0 / float(rows.temperature[row])
+            kept_z = z[row][z[row] >= float(t[row])]
+            expected = np.exp((kept_z - z[row].max()) * scale).sum()
+            assert abs(sums[row] / expected - 1.0) < 1e-5, (row, sums[row], expected)
