@@ -1495,8 +1495,10 @@ def filter_thresholds(
         out: where given, the ``[R]`` fp32 tensor (on the device of ``logits``, contiguous) that
             receives the thresholds.
         kept: where given, a ``[2, R]`` fp32 tensor (rows contiguous) that receives each row's kept
-            statistics: its max, and the sum of ``exp((z - max) / T)`` over its kept tokens where the
-            split plan's search found it (`filter_select_kernel`), else `UNKNOWN_MASS`.
+            statistics (the split plan's, `filter_select_kernel`): its max, and the sum of
+            ``exp((z - max) / T)`` over its kept tokens where the search found it, else
+            `UNKNOWN_MASS`. The rows plan, and a call without parameters, write `UNKNOWN_MASS` sums
+            and no max.
 
     Returns:
         ``[R]`` fp32 thresholds on the device of ``logits`` (``out`` where given).

@@ -538,7 +538,8 @@ def _split_program(
                 inv_temperature, target_threshold, draft_threshold, FILTERED, True, TILES_PER_SPLIT, BLOCK_V,
             )  # fmt: skip
         elif draft_known == 0:
-            # The draft row alone; draft_threshold is -inf unless draft_filter, which reads it raw.
+            # The draft row alone, through its threshold (-inf without draft_filter: every logit
+            # kept, as the paired read takes them).
             draft_max, draft_sum, _, _ = _split_moments(
                 draft_row_ptr, draft_offset >= 0, draft_row_ptr, False, split, vocab_size, inv_temperature,
                 draft_threshold, draft_threshold, FILTERED, False, TILES_PER_SPLIT, BLOCK_V,

@@ -70,10 +70,14 @@ def test_failure_writes_a_reproducer_that_replays(tmp_path: Path, capsys: pytest
 
 
 def test_correct_variant_passes(capsys: pytest.CaptureFixture[str]) -> None:
-    """A correct variant's campaign exits 0 when its budget runs out."""
+    """A correct variant's campaign exits 0 when its budget runs out. The search alone
+    (``--no-targeted``): on a loaded 2-core machine one run of the targeted cases' checks took 7 s,
+    more than the 5 s budget, which leaves no search batch checked and the verdict, rightly,
+    INCONCLUSIVE (`test_a_run_that_checks_no_search_batch_is_inconclusive` covers that)."""
     assert main(
-        ["run", "--variant", "reference", "--methods", "strict", "--budget", "5", "--device", "cpu"]
-    ) == (EXIT_PASSED)
+        ["run", "--variant", "reference", "--methods", "strict", "--budget", "5", "--device", "cpu",
+         "--no-targeted"]
+    ) == (EXIT_PASSED)  # fmt: skip
     assert "PASSED: reference" in capsys.readouterr().out
 
 
