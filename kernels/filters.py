@@ -40,7 +40,9 @@ order), so every pivot is a token's exact value.
    value first, then by key, each pass ``WAYS``-fold), until its tokens fit or it is one key wide;
    `exact_passes` passes find the exact pivot without any sort. ``t`` is the smallest kept logit:
    the last pivot, or the least of the chunks' smallest logits at or above min-p's key, and
-   ``-inf`` where every token is kept.
+   ``-inf`` where every token is kept. Where the sorted candidates hold every kept token above what
+   the passes summed, or every token is kept, it also writes the row's kept max and sum (``kept``),
+   so that the sampler's statistics pass need not read the row.
 
 Masses are float32 sums of ``exp((z - max) / T)``; a token whose mass above lies within a few ulps
 (times ``sqrt(V)``) of ``top_p`` is a near pivot (`reference.filters.pivot_band`). A row that
