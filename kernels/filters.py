@@ -1228,13 +1228,7 @@ def _check_vector(
     name: str, value: object, dtypes: tuple[torch.dtype, ...], device: torch.device, rows: int
 ) -> torch.Tensor:
     """``value``, checked: a dense ``[rows]`` tensor of ``dtypes`` on ``device``."""
-    if not isinstance(value, torch.Tensor):
-        kind = "is None" if value is None else f"has type {type(value).__qualname__}"
-        raise _fail(name, f"{kind}; expected a torch.Tensor")
-    if value.layout != torch.strided or value.is_nested:
-        raise _fail(name, f"has layout {value.layout}; expected a dense (strided) tensor")
-    if value.device != device:
-        raise _fail(name, f"is on device {value.device}; expected {device} (the device of logits)")
+    value = _check_dense(name, value, device)
     if value.dtype not in dtypes:
         expected = ", ".join(str(d).removeprefix("torch.") for d in dtypes)
         raise _fail(name, f"has dtype {value.dtype}; expected one of {expected}")
@@ -1243,12 +1237,21 @@ def _check_vector(
     return value
 
 
+def _check_dense(name: str, value: object, device: torch.device) -> torch.Tensor:
+    """``value``, checked: a dense tensor on ``device``."""
+    if not isinstance(value, torch.Tensor):
+        kind = "is None" if value is None else f"has type {type(value).__qualname__}"
+        raise _fail(name, f"{kind}; expected a torch.Tensor")
+    if value.layout != torch.strided or value.is_nested:
+        raise _fail(name, f"has layout {value.layout}; expected a dense (strided) tensor")
+    if value.device != device:
+        raise _fail(name, f"is on device {value.device}; expected {device} (the device of logits)")
+    return value
+
+
 def _check_kept(kept: object, device: torch.device, rows: int) -> None:
-    """``kept``, checked: a ``[2, R]`` fp32 tensor on ``device``, its rows contiguous."""
-    if not isinstance(kept, torch.Tensor):
-        raise _fail("kept", f"has type {type(kept).__qualname__}; expected a torch.Tensor")
-    if kept.device != device:
-        raise _fail("kept", f"is on device {kept.device}; expected {device} (the device of logits)")
+    """``kept``, checked: a dense ``[2, R]`` fp32 tensor on ``device``, its rows contiguous."""
+    kept = _check_dense("kept", kept, device)
     if kept.dtype != torch.float32:
         raise _fail("kept", f"has dtype {kept.dtype}; expected float32")
     if tuple(kept.shape) != (2, rows):
