@@ -360,6 +360,24 @@ def test_a_kth_value_of_probability_zero_keeps_everything() -> None:
     np.testing.assert_array_equal(_both_plans(rows), [-INF, 0.0])
 
 
+def test_min_p_binding_under_top_k_gives_its_smallest_kept_logit() -> None:
+    """Top-k 900 of V = 1,000 with min-p 0.05 on Gaussian logits: min-p keeps 3 to 15 tokens, fewer than
+    k, so ``t`` is the smallest logit min-p keeps. The select kernel takes it from top-k's sorted
+    candidates (the default capacity holds them), or, where they were too many to sort (capacity 1),
+    from a pass over the row; both equal the least logit of the specification's kept set, in any
+    number of chunks."""
+    rng = np.random.default_rng(11)
+    logits = rng.standard_normal((3, 1000)) * 3.0
+    rows = _rows(logits, [1.0, 0.7, 1.3], top_k=900, min_p=0.05)
+    z = rows.float64()
+    kept = kept_tokens(z, rows.temperature.astype(np.float64), rows.params())
+    smallest = np.where(kept, z, INF).min(axis=1).astype(np.float32)
+    assert kept.sum(axis=1).min() > 1 and kept.sum(axis=1).max() < 900
+    for capacity, chunks in ((None, None), (None, 3), (1, None), (1, 3)):
+        np.testing.assert_array_equal(_thresholds(rows, chunks=chunks, capacity=capacity), smallest)
+    _check(rows, smallest)
+
+
 def test_float64_ties_distinct_logits_at_subnormal_probabilities() -> None:
     """At ``T = 1e-3`` two distinct logits get the same subnormal float64 probability: the
     specification's top-k 2 keeps both as a tie, the kernel keeps the value pivot only. The
