@@ -214,6 +214,9 @@ def measure_filters(params: Sequence[str], rows: int) -> dict[str, Resources]:
     out = {}
     for kernel, args, kwargs in launches:
         options = {key: kwargs.pop(key) for key in ("num_warps",) if key in kwargs}
+        # The register cap a CUDA call gets (`filters._split_plan` sets it on a GPU only).
+        if kernel is filters.filter_select_kernel:
+            options.update(filters.select_registers(rows, SMS))
         # The arguments after the positional ones come by name.
         named = {**dict(zip(kernel.arg_names, args, strict=False)), **kwargs}
         name = kernel.__name__ if kernel.__name__ not in out else f"{kernel.__name__}#2"

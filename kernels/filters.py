@@ -171,6 +171,13 @@ CANDIDATE_TILE = tl.constexpr(512)
 SCAN_BLOCK = 8192
 # Warps of a row's search program and of top-p's first pass.
 SELECT_WARPS = 8
+# The select kernel's register cap on a GPU where its rows outnumber the SMs (`select_registers`):
+# ptxas gives it up to 229 registers, one program of 8 warps an SM, so B = 64's 320 rows run in three
+# waves of 132; under 128, two programs share an SM, at the cost of about 250 spilled accesses
+# (`benchmarks.resources` records them). H200, B = 64, n = 4, V = 128256: 31.5 -> 26.4 us with top-k
+# 50, top-p 0.9 and min-p 0.05; 42.0 -> 34.7 us with top-p 0.9 alone. Fewer rows than SMs gain
+# nothing from it: they are not capped.
+SELECT_MAX_REGISTERS = 128
 INDEX_DTYPES = (torch.int32, torch.int64)
 
 
@@ -1346,6 +1353,12 @@ def default_chunks_for(rows: int, tiles: int, sms: int) -> int:
     return max(1, min(tiles, -(-PROGRAMS_PER_SM * sms // rows)))
 
 
+def select_registers(rows: int, sms: int) -> dict[str, int]:
+    """The select kernel's register cap for ``rows`` rows on a GPU of ``sms`` SMs, as launch options:
+    `SELECT_MAX_REGISTERS` where its programs (one a row) outnumber the SMs, else none."""
+    return {"maxnreg": SELECT_MAX_REGISTERS} if rows > sms else {}
+
+
 def default_block_v(vocab_size: int) -> int:
     """The tile width for a vocabulary: its next power of two, within `MIN_BLOCK_V` and `MAX_BLOCK_V`."""
     return max(MIN_BLOCK_V, min(MAX_BLOCK_V, int(triton.next_power_of_2(vocab_size))))
@@ -1717,6 +1730,10 @@ def _split_plan(
     pdl = programmatic_launch(device)
     dependent = launch.pdl_options(pdl)
     wide = dict(num_warps=SELECT_WARPS, **dependent)
+    select_options: dict[str, object] = dict(wide)
+    if device.type == "cuda":
+        sms = torch.cuda.get_device_properties(device).multi_processor_count
+        select_options.update(select_registers(rows, sms))
     common = dict(vocab_size=vocab_size, PDL=pdl)
 
     def of(kernel: object, grid: tuple[int, int, int], options: dict[str, object],
@@ -1743,7 +1760,7 @@ def _split_plan(
         of(filter_compact_kernel, grid, dependent, {"masses_ptr": "masses_second"}, logits_stride=stride,
            num_chunks=num_chunks, num_tiles=num_tiles, WAYS=first_ways, BLOCK_V=block_v,
            TILES=tiles_per_chunk, SHARE=share, TILE=tile),
-        of(filter_select_kernel, per_row, wide, logits_stride=stride, kept_stride=kept_stride,
+        of(filter_select_kernel, per_row, select_options, logits_stride=stride, kept_stride=kept_stride,
            num_chunks=num_chunks, capacity=capacity, passes=search_passes, HAS_TOP_K=has_top_k,
            HAS_TOP_P=has_top_p, WAYS=search_ways, BLOCK_V=search_block, SCAN=scan_block,
            CAPACITY=block_capacity, SHARE=share, GROUP=group),
