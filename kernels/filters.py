@@ -173,7 +173,7 @@ SCAN_BLOCK = 8192
 SELECT_WARPS = 8
 # The select kernel's register cap on a GPU where its rows outnumber the SMs (`select_registers`):
 # ptxas gives it up to 229 registers, one program of 8 warps an SM, so B = 64's 320 rows run in three
-# waves of 132; under 128, two programs share an SM, at the cost of about 250 spilled accesses
+# waves of 132; under 128, two programs share an SM, at the cost of 113 to 265 spilled accesses
 # (`benchmarks.resources` records them). H200, B = 64, n = 4, V = 128256: 31.5 -> 26.4 us with top-k
 # 50, top-p 0.9 and min-p 0.05; 42.0 -> 34.7 us with top-p 0.9 alone. Fewer rows than SMs gain
 # nothing from it: they are not capped.
