@@ -60,12 +60,16 @@ def host_times(case: Case, device: torch.device, timer: ColdCallTimer) -> list[t
     call()
     tensors = rejection._batch_tensors(batch)
     device_index = torch.cuda.current_device()
-    plan, cached = rejection._cache[rejection._plan_key(batch, device_index, tensors)]
     addresses = [tensor.data_ptr() for tensor in tensors]
+    plan, cached = rejection._cache[rejection._plan_key(batch, device_index, addresses)]
+    structure = rejection.batch_structure(batch)
     graph, _ = capture_graph(call)
     return [
         ("SpecBatch.validate (structure only)", median_us(lambda: batch.validate(check_values=False))),
-        ("structure key", median_us(lambda: rejection._plan_key(batch, 0, tensors))),
+        ("the batch's structure", median_us(lambda: rejection.batch_structure(batch))),
+        ("validation of a structure seen before", median_us(
+            lambda: rejection._validate(batch, rejection.batch_structure(batch), None))),
+        ("plan key", median_us(lambda: rejection._plan_key(batch, 0, addresses, 0, structure))),
         ("cached launches with their allocations", median_us(
             lambda: rejection._run_cached(batch, plan, cached, addresses, device_index))),
         ("whole call enqueued", median_us(call)),

@@ -12,6 +12,7 @@ hook (a profiler's) is set, which only the dispatch calls (`direct_launch_ready`
 
 from __future__ import annotations
 
+import functools
 import os
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
@@ -113,16 +114,27 @@ def direct_launch_available() -> bool:
     return release in SUPPORTED_TRITON and os.environ.get(DIRECT_LAUNCH_ENV, "") != "0"
 
 
+@functools.cache
+def _runtime_knobs() -> Any:
+    """Triton's runtime knobs, where the launch hooks live (imported once, and only on the releases
+    in `SUPPORTED_TRITON`)."""
+    from triton import knobs
+
+    return knobs.runtime
+
+
+def _hook_set(hook: Any) -> bool:
+    # Triton 3.6 keeps the hooks in chains, empty unless a hook was added.
+    return hook is not None and getattr(hook, "calls", True)
+
+
 def direct_launch_ready() -> bool:
     """Whether a call may launch its cached kernels directly now: available, and no launch hook (a
     profiler's) set, which only Triton's dispatch calls."""
     if not direct_launch_available():
         return False
-    from triton import knobs  # imported here: only the releases in SUPPORTED_TRITON get this far
-
-    hooks = (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook)
-    # Triton 3.6 keeps the hooks in chains, empty unless a hook was added.
-    return not any(hook is not None and getattr(hook, "calls", True) for hook in hooks)
+    runtime = _runtime_knobs()
+    return not (_hook_set(runtime.launch_enter_hook) or _hook_set(runtime.launch_exit_hook))
 
 
 def programmatic_launch(device: torch.device) -> bool:
@@ -165,16 +177,20 @@ def dispatch(launches: Iterable[Launch], buffers: Mapping[str, Any], *, keep: bo
     return kept
 
 
+def current_stream(device_index: int) -> int:
+    """The handle of the current stream of ``device_index``, the stream Triton's dispatch launches on."""
+    return int(driver.active.get_current_stream(device_index))
+
+
 def launch_cached(
     launches: Iterable[Launch],
     compiled: Iterable[CachedLaunch],
     buffers: Mapping[str, int],
-    device_index: int,
+    stream: int,
 ) -> None:
-    """Launch the kernels `dispatch` compiled for ``launches`` again, on the current stream of
-    ``device_index`` (the device Triton's dispatch would launch on), with device addresses for the
-    call's buffers. Only when `direct_launch_ready`."""
-    stream = driver.active.get_current_stream(device_index)
+    """Launch the kernels `dispatch` compiled for ``launches`` again, on ``stream`` (`current_stream`
+    of the device Triton's dispatch would launch on), with device addresses for the call's buffers.
+    Only when `direct_launch_ready`."""
     for launch, kernel in zip(launches, compiled, strict=True):
         args = launch.arguments(buffers)
         # No launch metadata and no enter or exit hook: `direct_launch_ready` saw none set.
@@ -218,7 +234,7 @@ def run_cached(
     entry = cache.get(key)
     if entry is not None and entry[1] and device.type == "cuda" and direct_launch_ready():
         plan, compiled = entry
-        launch_cached(plan.launches, compiled, buffers(plan, True), current_device())
+        launch_cached(plan.launches, compiled, buffers(plan, True), current_stream(current_device()))
         return plan
     plan = make() if entry is None else entry[0]
     compiled = dispatch(plan.launches, buffers(plan, False), keep=device.type == "cuda")

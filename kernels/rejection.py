@@ -20,6 +20,10 @@ that determines every specialisation (`_plan_key`: shapes, strides, dtypes, the 
 current device, 16-byte alignment of each input) and launches them directly afterwards, which
 saves most of the host time of a small call. Under a launch hook (a profiler's), on another
 Triton release, or with ``SPECSAMPLE_DIRECT_LAUNCH=0``, every call goes through Triton's dispatch.
+Such a call also keeps its workspace from call to call, one per plan and stream
+(`_resident_workspace`): a call's last launch zeroes the counters and flags that its first launch
+needs zeroed, so no fill is launched and nothing is allocated for it. Where no value is read back,
+a batch structure (`batch_structure`) is validated once, then recognised.
 On a GPU of compute capability 9.0 or later the launches after the first are programmatically
 dependent (`programmatic_launch`; ``SPECSAMPLE_PDL=0`` turns it off): each waits in the kernel for
 the one before, rather than behind a launch gap.
@@ -49,6 +53,7 @@ import contextlib
 import dataclasses
 import functools
 import os
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -478,13 +483,20 @@ def _outputs(plan: Plan, device: torch.device) -> tuple[torch.Tensor, ...]:
 
 def _outputs_of(b: int, width: int, device: torch.device, tree: bool) -> tuple[torch.Tensor, ...]:
     """A call's outputs in the order of `OUTPUT_BUFFERS`: token ids, logprobs, counts, and the accepted
-    nodes (``[B, max_n]`` for a tree, an empty stand-in otherwise: never written)."""
+    nodes (``[B, max_n]`` for a tree; otherwise an empty stand-in, never written, one per device)."""
     return (
         torch.empty(b, width, dtype=torch.int64, device=device),
         torch.empty(b, width, dtype=torch.float32, device=device),
         torch.empty(b, dtype=torch.int32, device=device),
-        torch.empty((b, width - 1) if tree else (0,), dtype=torch.int32, device=device),
+        torch.empty(b, width - 1, dtype=torch.int32, device=device) if tree else _no_nodes(device),
     )
+
+
+@functools.lru_cache(maxsize=64)
+def _no_nodes(device: torch.device) -> torch.Tensor:
+    """The empty stand-in for the accepted nodes of a call that verifies no tree (kept: an allocation
+    less per call)."""
+    return torch.empty(0, dtype=torch.int32, device=device)
 
 
 def _output(outputs: tuple[torch.Tensor, ...], tree: bool) -> SpecOutput:
@@ -494,9 +506,10 @@ def _output(outputs: tuple[torch.Tensor, ...], tree: bool) -> SpecOutput:
 
 
 def _compile_and_run(
-    batch: SpecBatch, plan: Plan, thresholds: torch.Tensor | None = None
+    batch: SpecBatch, plan: Plan, thresholds: torch.Tensor | None = None, work: torch.Tensor | None = None
 ) -> tuple[SpecOutput, list[launch.CachedLaunch]]:
-    """Launch through Triton's dispatch (which compiles, or loads from its cache) with tensors.
+    """Launch through Triton's dispatch (which compiles, or loads from its cache) with tensors, on
+    the workspace ``work`` (its zeroed records zero; default: a fresh one).
 
     Returns:
         The output, and on a GPU the launches to cache (none under the interpreter, or where
@@ -506,7 +519,7 @@ def _compile_and_run(
     outputs = _outputs(plan, device)
     buffers = dict(zip(INPUT_BUFFERS, _batch_tensors(batch, thresholds), strict=True))
     buffers.update(zip(OUTPUT_BUFFERS, outputs, strict=True))
-    work = _workspace(plan, device)
+    work = _workspace(plan, device) if work is None else work
     buffers.update(work_ptr=work, geometry_ptr=plan.geometry, **_record_views(plan, work))
     # The interpreter evaluates both sides of every tl.where with numpy, which warns on log(0) and
     # inf - inf; the kernels define the result of every such lane.
@@ -579,42 +592,137 @@ def _run_rows(batch: SpecBatch) -> SpecOutput:
 _cache = launch.PlanCache(size=1024)
 
 
+# The field names of `SpecBatch`, in order, for `batch_structure`.
+_BATCH_FIELDS = tuple(field.name for field in dataclasses.fields(SpecBatch))
+
+
+def batch_structure(batch: object) -> tuple[Any, ...] | None:
+    """All that `validate_batch`'s structural checks and a call's plan see of ``batch``: each field's
+    type and, for a tensor, its shape, strides, dtype, device and layout; for any other value, the
+    value. ``None`` where it cannot be told (not a `SpecBatch`, an unhashable value, a tensor without
+    strides): such a batch is validated on every call."""
+    if type(batch) is not SpecBatch:
+        return None
+    parts: list[Any] = []
+    try:
+        for name in _BATCH_FIELDS:
+            value = getattr(batch, name)
+            if isinstance(value, torch.Tensor):
+                parts.append((
+                    type(value), value.is_nested, value.layout, value.device, value.dtype, value.shape,
+                    value.stride(),
+                ))  # fmt: skip
+            else:
+                parts.append((type(value), value))
+        structure = tuple(parts)
+        hash(structure)
+    except (RuntimeError, TypeError):
+        return None
+    return structure
+
+
+# The structures (`batch_structure`) that passed `validate_batch` without a value check, the last
+# 1024 seen: a call whose values are not checked validates a structure once. The checks it skips are
+# a function of the structure, so a batch of a structure seen here passes them too.
+_validated: OrderedDict[tuple[Any, ...], None] = OrderedDict()
+VALIDATED_STRUCTURES = 1024
+
+
+def _reads_values(structure: tuple[Any, ...] | None, check_values: bool | None) -> bool:
+    """Whether `validate_batch` with ``check_values`` reads a batch of ``structure`` back to the host:
+    when asked, or by default on the CPU (target_logits' device is the fourth item of its entry; a
+    target that is no tensor is checked in full, and refused)."""
+    if check_values is not None or structure is None:
+        return bool(check_values)
+    target = structure[0]
+    return len(target) < 4 or bool(target[3].type == "cpu")
+
+
+def _validate(batch: object, structure: tuple[Any, ...] | None, check_values: bool | None) -> None:
+    """`validate_batch` (``check_values`` as it takes it), except for a structure that passed it before
+    where no value is read."""
+    reads_values = _reads_values(structure, check_values)
+    if structure is not None and not reads_values and structure in _validated:
+        _validated.move_to_end(structure)
+        return
+    validate_batch(batch, check_values=check_values)
+    if structure is not None and not reads_values:
+        _validated[structure] = None
+        if len(_validated) > VALIDATED_STRUCTURES:
+            _validated.popitem(last=False)
+
+
 def _plan_key(
-    batch: SpecBatch, device_index: int, tensors: tuple[torch.Tensor, ...], filtered: int = 0
+    batch: SpecBatch,
+    device_index: int,
+    addresses: list[int],
+    filtered: int = 0,
+    structure: tuple[Any, ...] | None = None,
 ) -> tuple[Any, ...]:
-    """What a call's kernels depend on besides addresses and values: shapes, strides, dtypes, the
-    method, the current device, whether rows are read through thresholds, and which inputs are
+    """What a call's kernels depend on besides addresses and values: the batch's structure
+    (`batch_structure`, of the batch as the caller gave it: ``structure`` where known), its draft count
+    (`SpecBatch.resolved_max_num_drafts`), the current device, whether rows are read through
+    thresholds, and which inputs (``addresses``, the device addresses of `_batch_tensors`) are
     16-byte aligned (Triton specialises on it)."""
-    draft = batch.draft_logits
-    return (
-        device_index, filtered, batch.method, batch.resolved_max_num_drafts(), batch.cu_num_drafts.shape[0],
-        batch.target_logits.shape, batch.target_logits.stride(), batch.target_logits.dtype,
-        None if draft is None else (draft.shape, draft.stride(), draft.dtype),
-        batch.draft_token_ids.shape[0],
-        None if batch.draft_slot is None else batch.draft_slot.dtype,
-        None if batch.synthetic_rates is None else batch.synthetic_rates.shape[0],
-        None if batch.tree_parent is None else batch.tree_parent.dtype,
-        launch.aligned(*tensors),
-    )  # fmt: skip
+    aligned = tuple(address % 16 == 0 for address in addresses)
+    structure = batch_structure(batch) if structure is None else structure
+    return structure, batch.resolved_max_num_drafts(), device_index, filtered, aligned
+
+
+# On a GPU, a call launched from a cached plan takes its workspace from here, one kept per plan key
+# and stream, rather than allocating one and zeroing its zeroed records (a fill launch and about 10
+# us of host time): a call's last launch leaves those records zero again
+# (`rejection_kernels._clear_zeroed`), and the calls on one stream run one after another. At most
+# RESIDENT_WORKSPACE_BYTES are kept, the least recently used given back first (to PyTorch's
+# allocator, which reuses the memory only on the stream it was allocated on, in stream order). A
+# call captured in a CUDA graph allocates its own, zeroed within the graph: a graph may outlive a
+# kept workspace, and be replayed on any stream.
+RESIDENT_WORKSPACE_BYTES = 64 * 2**20
+_resident: OrderedDict[tuple[Any, ...], torch.Tensor] = OrderedDict()
+
+
+def _resident_workspace(plan: Plan, key: tuple[Any, ...], stream: int, device: torch.device) -> torch.Tensor:
+    """The workspace kept for plan key ``key`` on ``stream`` (made zeroed the first time), or a fresh
+    one (`_workspace`) while the stream is captured or where it would not fit in the budget."""
+    if torch.cuda.is_current_stream_capturing() or 4 * plan.work_words > RESIDENT_WORKSPACE_BYTES:
+        return _workspace(plan, device)
+    held = (key, stream)
+    work = _resident.get(held)
+    if work is not None:
+        _resident.move_to_end(held)
+        return work
+    work = torch.zeros(plan.work_words, dtype=torch.int32, device=device)
+    _resident[held] = work
+    while sum(kept.numel() for kept in _resident.values()) * 4 > RESIDENT_WORKSPACE_BYTES:
+        _resident.popitem(last=False)
+    return work
 
 
 def _run_cached(
-    batch: SpecBatch, plan: Plan, cached: list[launch.CachedLaunch], addresses: list[int], device_index: int
+    batch: SpecBatch,
+    plan: Plan,
+    cached: list[launch.CachedLaunch],
+    addresses: list[int],
+    device_index: int,
+    key: tuple[Any, ...] | None = None,
 ) -> SpecOutput:
     """Launch ``plan``'s compiled kernels on ``batch`` with device addresses in place of tensors, on
-    the current stream of ``device_index`` (the device Triton's dispatch would launch on)."""
+    the current stream of ``device_index`` (the device Triton's dispatch would launch on), with the
+    workspace kept for the plan's ``key`` on that stream (`_resident_workspace`; a fresh one without
+    a key)."""
     device = batch.device
     outputs = _outputs(plan, device)
+    stream = launch.current_stream(device_index)
     # The workspace tensor is held until the launches are enqueued (a free after that is ordered after
     # them on the stream): freed earlier, its memory could go back to the driver or to another
     # allocation while the kernels still use its address.
-    work = _workspace(plan, device)
+    work = _workspace(plan, device) if key is None else _resident_workspace(plan, key, stream, device)
     base = work.data_ptr()
     buffers = dict(zip(INPUT_BUFFERS, addresses, strict=True))
     buffers.update((record.parameter, base + 4 * record.offset) for record in plan.records)
     buffers.update(work_ptr=base, geometry_ptr=plan.geometry.data_ptr())
     buffers.update((name, tensor.data_ptr()) for name, tensor in zip(OUTPUT_BUFFERS, outputs, strict=True))
-    launch.launch_cached(plan.launches, cached, buffers, device_index)
+    launch.launch_cached(plan.launches, cached, buffers, stream)
     return _output(outputs, plan.tree)
 
 
@@ -650,8 +758,10 @@ def rejection_sample(
         ValueError: naming the argument and the value, for anything that breaks the contract
             (`SpecBatch.validate`), whatever its type or device, before anything is allocated.
     """
-    # First, before any attribute of the batch is read: anything passed in gets a ValueError naming it.
-    validate_batch(batch, check_values=_check_values_default() if check_values is None else check_values)
+    # First, before any attribute is read but the ones its structure takes (which read nothing from
+    # the device): anything passed in gets a ValueError naming it.
+    structure = batch_structure(batch)
+    _validate(batch, structure, _check_values_default() if check_values is None else check_values)
     if batch.method not in KERNEL_METHODS:
         raise ValueError(
             f"method is {batch.method!r}; the kernels have a branch for {', '.join(KERNEL_METHODS)} only"
@@ -670,12 +780,13 @@ def rejection_sample(
     if batch.device.type != "cuda":
         return _compile_and_run(batch, make_plan(batch, filtered), thresholds)[0]
     tensors = _batch_tensors(batch, thresholds)
+    addresses = [tensor.data_ptr() for tensor in tensors]
     device_index = launch.current_device()
-    key = _plan_key(batch, device_index, tensors, filtered)
+    key = _plan_key(batch, device_index, addresses, filtered, structure)
     entry = _cache.get(key)
     if entry is not None and entry[1] and launch.direct_launch_ready():
         plan, cached = entry
-        return _run_cached(batch, plan, cached, [tensor.data_ptr() for tensor in tensors], device_index)
+        return _run_cached(batch, plan, cached, addresses, device_index, key)
     plan = make_plan(batch, filtered) if entry is None else entry[0]
     output, cached = _compile_and_run(batch, plan, thresholds)
     _cache.put(key, plan, cached)

@@ -35,6 +35,10 @@ runs up to four launches:
    Gumbel-max within it (each Philox call gives four uniforms, each word a run of 256 consecutive
    tokens of the block) and writes the emitted token.
 
+A call's last launch (the emit step; strict's sampling pass; the tree walk) zeroes the workspace
+records that its first launch needs zeroed (`_clear_zeroed`), so a workspace kept from call to call
+needs no fill.
+
 On a GPU of compute capability 9.0 or later, launches 2 to 4 are programmatically dependent
 (`kernels.rejection.programmatic_launch`): the driver places a launch's programs while the one
 before it finishes, and each program first waits for it (`rules.after_previous_launch`), which saves
@@ -121,6 +125,33 @@ def _record(work_ptr, geometry_ptr, field, dtype: tl.constexpr):
     # interpreter a re-patch of triton.language.)
     offset = tl.multiple_of(tl.load(geometry_ptr + field, eviction_policy="evict_last"), 4)
     return (work_ptr + offset).to(tl.pointer_type(dtype))
+
+
+@triton.jit
+def _clear_zeroed(work_ptr, geometry_ptr, request, width):
+    """Zero the request's words of the workspace records that a call's first launch finds zeroed
+    (`records.WORKSPACE`'s ``zeroed``: its rows' counters, its flag, and from request 0 the ticket).
+
+    Only a call's last launch calls this, once every program has read what it needs: the launches
+    before it have finished (`rules.after_previous_launch` waited for them), and no other program of
+    this one reads the request's words. A workspace kept from call to call then starts every call
+    zeroed, as a fresh one is (`kernels.rejection._resident_workspace`).
+    """
+    # Every read of the request's words by this program's warps is done before any warp clears them.
+    tl.debug_barrier()
+    counter_ptr = _record(work_ptr, geometry_ptr, GEOMETRY.counter, tl.int32) + request.to(tl.int64) * width
+    start = 0
+    while start < width:
+        columns = start + tl.arange(0, CLEAR_BLOCK)
+        tl.store(counter_ptr + columns, 0, mask=columns < width)
+        start += CLEAR_BLOCK
+    tl.store(_record(work_ptr, geometry_ptr, GEOMETRY.stop_flag, tl.int32) + request, 0)
+    if request == 0:
+        tl.store(_record(work_ptr, geometry_ptr, GEOMETRY.ticket, tl.int32), 0)
+
+
+# Row counters `_clear_zeroed` clears per store.
+CLEAR_BLOCK = tl.constexpr(32)
 
 
 @triton.jit
@@ -1428,6 +1459,9 @@ def sample_kernel(target_ptr, draft_ptr, draft_ids_ptr, cu_ptr, temperature_ptr,
             draft_max, draft_log_sum, inverse_temperature(temperature), target_threshold, draft_threshold,
             FILTERED, TILES_PER_SPLIT, BLOCK_V,
         )  # fmt: skip
+    if METHOD == STRICT:
+        # Strict's sampling pass is its last launch, one program per request.
+        _clear_zeroed(work_ptr, geometry_ptr, request, width)
 
 
 @triton.jit
@@ -1493,6 +1527,8 @@ def emit_kernel(
     info_float_ptr,
     block_scale_ptr,
     block_sum_ptr,
+    work_ptr,
+    geometry_ptr,
     token_ids_ptr,
     logprobs_ptr,
     vocab_size,
@@ -1513,6 +1549,8 @@ def emit_kernel(
         info_int_ptr: ``[B, 5]`` int64 and info_float_ptr: ``[B, 5]`` fp32: the final row's records
             (`sample_kernel`).
         block_scale_ptr, block_sum_ptr: the ``[B * num_blocks]`` block masses of `sample_kernel`.
+        work_ptr, geometry_ptr: the call's workspace and geometry record: as the call's last launch,
+            this kernel zeroes the request's counters and flag for the next call (`_clear_zeroed`).
         token_ids_ptr: ``[B, max_n + 1]`` int64 output.
         logprobs_ptr: ``[B, max_n + 1]`` fp32 output.
     """
@@ -1539,6 +1577,7 @@ def emit_kernel(
             request.to(tl.int64) * (max_num_drafts + 1) + position, token_ids_ptr, logprobs_ptr, thresholds,
             NUM_BLOCKS, FILTERED,
         )  # fmt: skip
+    _clear_zeroed(work_ptr, geometry_ptr, request, max_num_drafts + 1)
 
 
 @triton.jit(do_not_specialize=["max_num_drafts"])
@@ -1609,3 +1648,4 @@ def tree_walk_kernel(draft_ids_ptr, cu_ptr, rates_ptr, work_ptr, geometry_ptr, t
             mask=(column >= level - 1) & (column < max_num_drafts),
         )
         start += NODES
+    _clear_zeroed(work_ptr, geometry_ptr, request, width)

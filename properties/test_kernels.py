@@ -313,6 +313,8 @@ def test_rows_past_two_to_the_31_elements(method: str, plan: str) -> None:
         method=method,
         synthetic_rates=torch.full((n,), 0.6, dtype=torch.float64, device="cuda"),
         max_num_drafts=n,
+        # A tree's nodes: a chain in each request.
+        tree_parent=torch.arange(-1, n - 1, device="cuda").repeat(num_requests) if method == "tree" else None,
     )
     assert (num_requests - 1) * (n + 1) * vocab_size > 2**31
     output = rejection_sample(batch, plan=plan)
@@ -327,6 +329,7 @@ def test_rows_past_two_to_the_31_elements(method: str, plan: str) -> None:
         temperature=batch.temperature[tail],
         seed=batch.seed[tail],
         step=batch.step[tail],
+        tree_parent=None if batch.tree_parent is None else batch.tree_parent[tail.start * n :],
     )
     alone = rejection_sample(small, plan=plan)
     assert torch.equal(alone.token_ids, output.token_ids[tail])
@@ -342,12 +345,57 @@ def test_plan_key_tells_structures_apart() -> None:
     same = dataclasses.replace(batch, target_logits=batch.target_logits.clone() + 1.0, seed=batch.seed + 5)
     wider = torch.zeros(batch.target_logits.shape[0], 41)
     shifted = dataclasses.replace(batch, target_logits=wider[:, 1:])  # 4-byte aligned, not 16
-    key = rejection._plan_key(batch, 0, rejection._batch_tensors(batch))
-    assert rejection._plan_key(same, 0, rejection._batch_tensors(same)) == key
-    assert rejection._plan_key(shifted, 0, rejection._batch_tensors(shifted)) != key
-    assert rejection._plan_key(batch, 1, rejection._batch_tensors(batch)) != key
-    strict = dataclasses.replace(batch, method="strict")
-    assert rejection._plan_key(strict, 0, rejection._batch_tensors(strict)) != key
+    flat = torch.zeros(batch.target_logits.numel() + 1)
+    moved = dataclasses.replace(batch, target_logits=flat[1:].view(batch.target_logits.shape))  # same strides
+
+    def key(batch: SpecBatch, device_index: int = 0) -> tuple[object, ...]:
+        addresses = [tensor.data_ptr() for tensor in rejection._batch_tensors(batch)]
+        return rejection._plan_key(batch, device_index, addresses)
+
+    assert key(same) == key(batch)
+    assert key(shifted) != key(batch)
+    assert key(moved) != key(batch) and key(moved)[0] == key(batch)[0]
+    assert key(batch, 1) != key(batch)
+    assert key(dataclasses.replace(batch, method="strict")) != key(batch)
+    assert key(dataclasses.replace(batch, max_num_drafts=1)) != key(batch)
+
+
+def test_batch_structure_is_what_validation_checks() -> None:
+    """A batch's structure is told apart by every field validation checks, and a structure that passed
+    validation once is not validated again while a batch with a bad structure is always refused."""
+    rng = np.random.default_rng(3)
+    requests = [RequestData(rng.normal(size=(3, 40)), rng.integers(0, 40, 2), rng.normal(size=(2, 40)), 1.0)]
+    batch = make_batch(requests, device="cpu")
+    structure = rejection.batch_structure(batch)
+    assert structure is not None
+    assert rejection.batch_structure(dataclasses.replace(batch, seed=batch.seed + 1)) == structure
+    changed = {
+        "dtype": dict(target_logits=batch.target_logits.to(torch.float16)),
+        "strides": dict(target_logits=torch.zeros(40, 3).t()),
+        "shape": dict(temperature=torch.ones(2)),
+        "absent": dict(draft_logits=None),
+        "method": dict(method="strict"),
+        "flag": dict(draft_filter=True),
+        "hint": dict(max_num_drafts=None),
+    }
+    for name, fields in changed.items():
+        assert rejection.batch_structure(dataclasses.replace(batch, **fields)) != structure, name
+    assert rejection.batch_structure(dataclasses.replace(batch, synthetic_rates=[0.5])) is None
+    assert rejection.batch_structure("not a batch") is None
+
+    rejection._validated.clear()
+    rejection._validate(batch, structure, False)
+    assert structure in rejection._validated
+    bad = dataclasses.replace(batch, temperature=torch.ones(2))
+    for _ in range(2):
+        with pytest.raises(ValueError, match="temperature has shape"):
+            rejection._validate(bad, rejection.batch_structure(bad), False)
+    # Values read back are checked on every call: a seen structure with a bad value is refused.
+    hot = dataclasses.replace(batch, temperature=torch.tensor([float("nan")]))
+    with pytest.raises(ValueError, match="temperature"):
+        rejection._validate(hot, rejection.batch_structure(hot), True)
+    with pytest.raises(ValueError, match="temperature"):
+        rejection._validate(hot, rejection.batch_structure(hot), None)  # a CPU batch: values read
 
 
 @pytest.mark.parametrize("method", ["probabilistic", "synthetic", "block"])
@@ -460,11 +508,14 @@ def test_cached_launches_match_triton_dispatch(batch: SpecBatch, shift: float) -
         seed=batch.seed + 1,
         step=batch.step + 3,
     )
-    key = rejection._plan_key(changed, torch.cuda.current_device(), rejection._batch_tensors(changed))
-    assert key in rejection._cache
-    cached = rejection_sample(changed)
-    dispatched, _ = rejection._compile_and_run(changed, rejection.make_plan(changed))
-    assert torch.equal(cached.token_ids, dispatched.token_ids)
-    assert torch.equal(cached.num_emitted, dispatched.num_emitted)
-    assert cached.logprobs is not None and dispatched.logprobs is not None
-    assert torch.equal(cached.logprobs.nan_to_num(nan=7.0), dispatched.logprobs.nan_to_num(nan=7.0))
+    addresses = [tensor.data_ptr() for tensor in rejection._batch_tensors(changed)]
+    assert rejection._plan_key(changed, torch.cuda.current_device(), addresses) in rejection._cache
+    # Twice: the second call reuses the workspace the first one kept (`rejection._resident_workspace`).
+    for again in range(2):
+        changed = dataclasses.replace(changed, seed=changed.seed + again)
+        cached = rejection_sample(changed)
+        dispatched, _ = rejection._compile_and_run(changed, rejection.make_plan(changed))
+        assert torch.equal(cached.token_ids, dispatched.token_ids)
+        assert torch.equal(cached.num_emitted, dispatched.num_emitted)
+        assert cached.logprobs is not None and dispatched.logprobs is not None
+        assert torch.equal(cached.logprobs.nan_to_num(nan=7.0), dispatched.logprobs.nan_to_num(nan=7.0))
