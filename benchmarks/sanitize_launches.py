@@ -1,11 +1,12 @@
-"""Calls of every method, layout and dtype, first through Triton's dispatch, then through the cached
-launch, then under the rows launch plan, for compute-sanitizer.
+"""Calls of every method, layout and dtype, first through Triton's dispatch, then twice through the
+cached launch (on a workspace kept for the plan, then on it again), then under the rows launch plan,
+for compute-sanitizer.
 
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool initcheck --show-backtrace no \\
-        --error-exitcode 9 python3 -m benchmarks.sanitize_launches [--filtered]
+        --error-exitcode 9 python3 -m benchmarks.sanitize_launches [--filtered | --unfiltered]
 
 ``--filtered`` runs only the filtered batches at the benchmarks' vocabulary (`FILTERED_CASES`),
-which take most of a sanitizer's time.
+which take most of a sanitizer's time; ``--unfiltered`` only the unfiltered ones (`CASES`).
 
 The inputs come from `benchmarks.grid.make_inputs` (normal logits, argmax drafts, a permutation of
 slots), which runs no PyTorch kernel that initcheck flags, so the run needs no kernel filter: a
@@ -41,12 +42,13 @@ FILTERED_CASES = (
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run each case twice (dispatched, then cached) and once under the rows plan, and print the
-    tokens emitted per request."""
-    only_filtered = "--filtered" in (sys.argv[1:] if argv is None else argv)
+    """Run each case three times (dispatched, then cached twice) and once under the rows plan, and
+    print the tokens emitted per request."""
+    arguments = sys.argv[1:] if argv is None else argv
+    only_filtered, unfiltered = "--filtered" in arguments, "--unfiltered" in arguments
     for case in () if only_filtered else CASES:
         batch = make_inputs(case, "cuda")
-        for _ in range(2):
+        for _ in range(3):
             output = rejection_sample(batch, plan="split")
         rows = rejection_sample(batch, plan="rows")
         torch.cuda.synchronize()
@@ -54,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     # Filtered batches: the threshold kernel on target rows and, with draft_filter, on draft rows
     # (flat and slotted), with a vocabulary off the tile width; and at the benchmarks' vocabulary,
     # where top-p's first pass is placed and its second skipped (`kernels.filters._few_left`).
-    for case in FILTERED_CASES if only_filtered else (CASES[0], CASES[1], CASES[4], *FILTERED_CASES):
+    filtered_cases = FILTERED_CASES if only_filtered else (CASES[0], CASES[1], CASES[4], *FILTERED_CASES)
+    for case in () if unfiltered else filtered_cases:
         for name, settings in FILTERS.items():
             batch = filtered(make_inputs(case, "cuda"), settings)
             output = rejection_sample(batch, plan="split")

@@ -546,9 +546,22 @@ def _split_program(
                 draft_kept_max = tl.load(draft_kept_at, mask=(draft_index >= 0) & sampled, other=NEG_INF)
                 draft_known = draft_kept_sum >= 0.0
         reads_q = sampled & is_draft
+        # The logits at the draft id go out with the row's first tiles: the program that finishes the
+        # row then waits on the split records alone before it decides (`_finish_row`).
+        real = is_draft & (draft_id >= 0) & (draft_id < vocab_size)
+        target_at_draft = tl.load(
+            target_row_ptr + tl.where(real, draft_id, 0), mask=target_inside & real, other=NEG_INF
+        )
+        draft_at_draft = tl.load(
+            draft_ptr + tl.maximum(draft_offset, 0) + tl.where(real & (draft_offset >= 0), draft_id, 0),
+            mask=real & (draft_offset >= 0) & sampled,
+            other=NEG_INF,
+        )
     else:
         reads_q = position < 0
         draft_offset = tl.full([], -1, tl.int64)
+        target_at_draft = tl.full([], NEG_INF, tl.float32)
+        draft_at_draft = tl.full([], NEG_INF, tl.float32)
     if METHOD == STRICT or METHOD == TREE:  # noqa: SIM109 (constexprs): every row draws its sample
         if sampled:
             row_max, row_sum, cand_logit, cand_gumbel, cand_token = _split_sample_stats(
@@ -618,7 +631,7 @@ def _split_program(
             target_row_ptr, target_inside, draft_ptr, draft_ids_ptr, draft_slot_ptr, rates_ptr, work_ptr,
             geometry_ptr, request, position, row, draft_start, num_drafts, temperature, inv_temperature, seed,
             step, draft_stride, slot_stride, vocab_size, width, num_splits, target_threshold, draft_threshold,
-            METHOD, HAS_DRAFT, SLOTTED, FILTERED, SPLIT_BLOCK,
+            (target_at_draft, draft_at_draft), METHOD, HAS_DRAFT, SLOTTED, FILTERED, SPLIT_BLOCK, PAIRED,
         )  # fmt: skip
         if METHOD == TREE:
             # The row's records are written: its children's rows may read its token.
@@ -754,8 +767,8 @@ def _finish_row(
     target_row_ptr, target_inside, draft_ptr, draft_ids_ptr, draft_slot_ptr, rates_ptr, work_ptr,
     geometry_ptr, request, position, row, draft_start, num_drafts, temperature, inv_temperature,
     seed, step, draft_stride, slot_stride, vocab_size, width, num_splits, target_threshold, draft_threshold,
-    METHOD: tl.constexpr, HAS_DRAFT: tl.constexpr, SLOTTED: tl.constexpr, FILTERED: tl.constexpr,
-    SPLIT_BLOCK: tl.constexpr,
+    at_draft, METHOD: tl.constexpr, HAS_DRAFT: tl.constexpr, SLOTTED: tl.constexpr, FILTERED: tl.constexpr,
+    SPLIT_BLOCK: tl.constexpr, PRELOADED: tl.constexpr,
 ):  # fmt: skip
     """Combine the split records of one row, decide its draft, and write the row's record.
 
@@ -768,6 +781,9 @@ def _finish_row(
         work_ptr: the int32 workspace: the row's split records are read, its ``GEOMETRY.row_float``
             ``[B * (max_n + 1), ROW_FLOAT.SIZE]`` fp32 and ``GEOMETRY.row_int`` ``[B * (max_n + 1),
             ROW_INT.SIZE]`` int32 records written.
+        at_draft: where ``PRELOADED`` (the paired read of probabilistic and block rows), the target and
+            draft logits at the draft id as `_split_program` loaded them (``-inf`` where the id is a
+            placeholder, a row lies outside its tensor, or the draft's is not needed); else unread.
         The other pointers are row_stats_kernel's.
     """
     # Every geometry load at once, ahead of the chain of loads, reductions and stores below.
@@ -803,10 +819,14 @@ def _finish_row(
     is_draft, draft_id, real = draft_at(
         draft_ids_ptr, draft_start, position, num_drafts, num_draft_ids, vocab_size
     )
-    log_p = log_prob_at(
-        target_row_ptr, target_inside & real, draft_id, row_max, log_sum, inv_temperature, vocab_size,
-        target_threshold, FILTERED,
-    )  # fmt: skip
+    if PRELOADED:
+        target_logit = kept_logit(at_draft[0], target_threshold, FILTERED)
+        log_p = log_prob(target_logit, row_max, log_sum, inv_temperature)
+    else:
+        log_p = log_prob_at(
+            target_row_ptr, target_inside & real, draft_id, row_max, log_sum, inv_temperature, vocab_size,
+            target_threshold, FILTERED,
+        )  # fmt: skip
     token_log_p = log_prob_at(
         target_row_ptr, target_inside, token, row_max, log_sum, inv_temperature, vocab_size, target_threshold,
         FILTERED,
@@ -836,16 +856,19 @@ def _finish_row(
                     )  # fmt: skip
                     draft_max = tl.sum(draft_maxes, axis=0)
                     draft_log_sum = tl.sum(draft_log_sums, axis=0)
-                    draft_offset = draft_row_offset(
-                        request, draft_start, position, draft_slot_ptr, num_draft_rows, slot_capacity,
-                        draft_stride, slot_stride, SLOTTED,
-                    )  # fmt: skip
-                    draft_inside = draft_offset >= 0
-                    draft_logit = tl.load(
-                        draft_ptr + tl.maximum(draft_offset, 0) + tl.where(draft_inside, draft_id, 0),
-                        mask=draft_inside,
-                        other=NEG_INF,
-                    )
+                    if PRELOADED:
+                        draft_logit = at_draft[1]
+                    else:
+                        draft_offset = draft_row_offset(
+                            request, draft_start, position, draft_slot_ptr, num_draft_rows, slot_capacity,
+                            draft_stride, slot_stride, SLOTTED,
+                        )  # fmt: skip
+                        draft_inside = draft_offset >= 0
+                        draft_logit = tl.load(
+                            draft_ptr + tl.maximum(draft_offset, 0) + tl.where(draft_inside, draft_id, 0),
+                            mask=draft_inside,
+                            other=NEG_INF,
+                        )
                     draft_logit = kept_logit(draft_logit, draft_threshold, FILTERED == ALL_ROWS)
                     log_q = log_prob(draft_logit, draft_max, draft_log_sum, inv_temperature)
             if METHOD == BLOCK:
