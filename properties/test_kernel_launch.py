@@ -249,6 +249,34 @@ def test_the_last_launch_leaves_the_zeroed_records_zero(method: str) -> None:
         _assert_same(kept, fresh)
 
 
+def test_kept_workspaces_follow_plan_and_stream_within_their_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kept workspace is made zeroed, once per plan key and stream; the least recently used go past
+    the byte budget; a plan whose workspace exceeds the budget, or a call being captured, gets a fresh
+    one each time."""
+    plan = rejection.make_plan(_batch())
+    size = 4 * plan.work_words
+    monkeypatch.setattr(rejection, "_resident", type(rejection._resident)())
+    monkeypatch.setattr(rejection, "RESIDENT_WORKSPACE_BYTES", 2 * size)
+    capturing = [False]
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
+    device = torch.device("cpu")
+    first = rejection._resident_workspace(plan, ("a",), 7, device)
+    assert not bool(first.any()) and first.numel() == plan.work_words
+    assert rejection._resident_workspace(plan, ("a",), 7, device) is first
+    other_stream = rejection._resident_workspace(plan, ("a",), 8, device)
+    assert other_stream is not first
+    rejection._resident_workspace(plan, ("b",), 7, device)  # a third: the least recently used goes
+    assert list(rejection._resident) == [(("a",), 8), (("b",), 7)]
+    assert rejection._resident_workspace(plan, ("a",), 7, device) is not first
+    capturing[0] = True
+    assert rejection._resident_workspace(plan, ("b",), 7, device) is not rejection._resident[(("b",), 7)]
+    capturing[0] = False
+    monkeypatch.setattr(rejection, "RESIDENT_WORKSPACE_BYTES", size - 4)
+    held = dict(rejection._resident)
+    assert rejection._resident_workspace(plan, ("c",), 7, device) is not None
+    assert dict(rejection._resident) == held
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(DEVICE != "cuda", reason="CUDA graphs and kept workspaces need a GPU")
 @pytest.mark.parametrize("method", rejection.KERNEL_METHODS)
