@@ -41,9 +41,10 @@ order), so every pivot is a token's exact value.
    `exact_passes` passes find the exact pivot without any sort. ``t`` is the smallest kept logit:
    the last pivot, or, where min-p binds, the least logit at or above its key (the least of the
    chunks', or of top-k's candidates where top-k keeps all min-p keeps), and ``-inf`` where every
-   token is kept. Where the sorted candidates hold every kept token above what
-   the passes summed, or every token is kept, it also writes the row's kept max and sum (``kept``),
-   so that the sampler's statistics pass need not read the row.
+   token is kept. Where the sorted candidates hold every kept token (top-k's, top-p's among them),
+   or top-p's search ran in that program alone, it also writes the row's kept max and sum
+   (``kept``), so that the sampler's statistics pass need not read the row; never a sum made of the
+   chunks' masses, whose rounding follows the chunks a batch's size cuts the row into.
 
 Masses are float32 sums of ``exp((z - max) / T)``; a token whose mass above lies within a few ulps
 (times ``sqrt(V)``) of ``top_p`` is a near pivot (`reference.filters.pivot_band`). A row that
@@ -1072,12 +1073,14 @@ def filter_select_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, row_
 
     And the row's kept statistics, ``kept [2, R]`` (row stride ``kept_stride``): the row max (always
     kept) and the sum of ``exp((z - max) / T)`` over the kept tokens, so that the sampler need not
-    read the row for them (`rejection_kernels.row_stats_kernel`). The sum is known where the
-    candidates sorted here hold every kept token above what the passes summed (top-k's, and top-p's
-    after its search) or every token is kept (the row's sum); elsewhere (min-p alone, a search by
-    passes alone, rows that filter nothing: greedy ones, those without a finite logit) it is
-    `UNKNOWN_MASS`. The candidates' sum adds the same terms in another order than a pass over the
-    row would: the two differ by float32 rounding, which moves decisions only at near ties."""
+    read the row for them (`rejection_kernels.row_stats_kernel`). The sum is known where it does not
+    depend on how the row was cut into chunks (`default_chunks`, which follows the batch's size), so
+    a request's output does not depend on the batch it rides in: where the candidates sorted here
+    hold every kept token (top-k's, and top-p's among them), or top-p's search ran in this program
+    alone. Elsewhere (top-p from the chunks' interval, min-p alone, a search by passes alone, rows
+    that keep every token, greedy ones, those without a finite logit) it is `UNKNOWN_MASS`. The
+    candidates' sum adds the same terms in another order than a pass over the row would: the two
+    differ by float32 rounding, which moves decisions only at near ties."""
     after_previous_launch(PDL)
     row = tl.program_id(0)
     row_ptr = logits_ptr + row.to(tl.int64) * logits_stride
@@ -1172,6 +1175,9 @@ def filter_select_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, row_
                 row_ptr, cand_ptr, vocab_size, target, lo, hi, mass_hi, at_lo, at_hi, compacted, row_max,
                 inv_temperature, capacity, passes, BLOCK_V, SCAN, WAYS, CAPACITY,
             )  # fmt: skip
+            # From the chunks' interval, the mass above it is the chunks' sum, rounded as the row is cut
+            # into chunks, which follows the batch's size: the sampler sums the row itself instead.
+            kept_mass = tl.where(search == 1, kept_mass, UNKNOWN_MASS)
             at_pivot = tl.full([], 1, tl.int32)
     threshold = tl.full([], NEG_INF, tl.float32)
     if (mode != MODE_NONE) & (kept_key > NEG_INF_KEY):
@@ -1190,8 +1196,9 @@ def filter_select_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, row_
         # The max is always kept; a threshold at the row's least logit keeps every token.
         threshold = tl.where(smallest > least, tl.minimum(smallest, row_max), NEG_INF)
     tl.store(threshold_ptr + row, threshold)
-    # Every token kept: the row's own sum.
-    kept_mass = tl.where(threshold == NEG_INF, row_sum, kept_mass)
+    # Every token kept: the row's sum, which the statistics pass adds up by chunks, is left to the
+    # sampler too.
+    kept_mass = tl.where(threshold == NEG_INF, UNKNOWN_MASS, kept_mass)
     tl.store(kept_ptr + row, row_max)
     kept_mass = tl.where(filters_row(temperature, row_max), kept_mass, UNKNOWN_MASS)
     tl.store(kept_ptr + kept_stride + row, kept_mass)

@@ -96,10 +96,12 @@ ROWS_BLOCK_V = {"cpu": 1024, "cuda": 64}
 SPLIT_BLOCK_V = 4096
 MAX_SPLITS = 32
 STATS_BLOCK_V, STATS_WARPS = 2048, 4
-# The sampling pass reads a row a block (1024 tokens) at a time. Warps per program: 8 where the
-# pass has at most SAMPLE_FEW_PROGRAMS programs, else 4 (H100, canonical-v3, B=64 n=4 V=128256:
-# 27.4 us at 4 warps, 29.8 at 8; B=1: 2.8 and 2.5 us).
-SAMPLE_BLOCK_V, SAMPLE_WARPS, SAMPLE_WARPS_FEW, SAMPLE_FEW_PROGRAMS = 1024, 4, 8, 512
+# The sampling pass reads a row a block (1024 tokens) at a time, 4 warps a program at every batch
+# size. A block's mass is a float32 sum whose rounding depends on the warps that reduce it (an
+# H200 summed 36 % of 100,000 rows of 1024 differently with 8 warps than with 4), and the masses
+# pick the block a token is drawn from: warps chosen by the batch's size would make a request's
+# token depend on the batch it rides in (8 warps at B=1 took 2.5 us against 2.8; H100).
+SAMPLE_BLOCK_V, SAMPLE_WARPS = 1024, 4
 # The sampling pass and the emit step read rows from recorded offsets, hinted as multiples of up to
 # this many elements (16 bytes of fp32 at 4, 32 at 16 of fp16).
 MAX_ROW_ALIGN = 16
@@ -335,7 +337,6 @@ def make_plan(batch: SpecBatch, filtered: int = 0) -> Plan:
     while sample_tiles % (2 * parts) == 0 and num_requests * num_splits * 2 * parts <= SAMPLE_PROGRAMS:
         parts *= 2
     sample_splits = num_splits * parts
-    sample_warps = SAMPLE_WARPS_FEW if num_requests * sample_splits <= SAMPLE_FEW_PROGRAMS else SAMPLE_WARPS
     sample_registers = dict(maxnreg=SAMPLE_MAX_REGISTERS) if batch.device.type == "cuda" else {}
     block = rules.verifies_jointly
     # The final row's block masses (`reference.schemes`, canonical-v3), one per block of NOISE_GROUP tokens.
@@ -405,7 +406,7 @@ def make_plan(batch: SpecBatch, filtered: int = 0) -> Plan:
                 **strides, POS_BLOCK=pos_block, TILES_PER_SPLIT=sample_tiles // parts, BLOCK_V=sample_block,
                 ROW_ALIGN=row_align, PDL=pdl, **shared,
             ),
-            options=dict(num_warps=sample_warps, **sample_registers, **dependent), buffers=CALL_BUFFERS,
+            options=dict(num_warps=SAMPLE_WARPS, **sample_registers, **dependent), buffers=CALL_BUFFERS,
         )
     )  # fmt: skip
     if not strict:

@@ -785,9 +785,10 @@ def test_the_select_kernel_finds_each_rows_kept_sum() -> None:
     """The split plan's kept statistics (``kept``, `filter_select_kernel`): each row's max, and the sum
     of ``exp((z - max) / T)`` over the tokens its threshold keeps, within 1e-5 of float64's
     (relative), where the candidates sorted hold every kept token (top-k; top-k then top-p and
-    min-p; top-p after its search, at T = 1 and 0.7) or every token is kept (filters off);
-    `UNKNOWN_MASS` for min-p alone, a search by passes alone (capacity 0) and greedy rows. Rows:
-    Gaussian logits at a scale of 3 over V = 3,000."""
+    min-p); `UNKNOWN_MASS` where the sum would come from the chunks' masses, whose rounding follows
+    how the batch's size cut the row (top-p from the chunks' interval, at T = 1 and 0.7; filters
+    off), for min-p alone, a search by passes alone (capacity 0) and greedy rows. Rows: Gaussian
+    logits at a scale of 3 over V = 3,000."""
     rng = np.random.default_rng(5)
     logits = rng.normal(size=(7, 3000)) * 3.0
     rows = _rows(
@@ -799,8 +800,8 @@ def test_the_select_kernel_finds_each_rows_kept_sum() -> None:
     )
     temperature, top_k, top_p, min_p = rows.tensors()
     assert temperature is not None
-    known = [True, True, True, False, True, False, True]
-    searched = [True, True, True, False, False, False, True]
+    known = [True, True, False, False, False, False, False]
+    searched = [True, True, False, False, False, False, False]
     for capacity in (2048, 0):
         kept = torch.full((2, 7), np.nan, device=DEVICE)
         t = filter_thresholds(rows.logits, temperature, top_k, top_p, min_p, capacity=capacity, plan="split",

@@ -249,6 +249,45 @@ def test_the_last_launch_leaves_the_zeroed_records_zero(method: str) -> None:
         _assert_same(kept, fresh)
 
 
+@pytest.mark.parametrize("method", rejection.KERNEL_METHODS)
+def test_no_launch_rounds_by_the_batch_size(method: str) -> None:
+    """Every launch of a vocabulary's plans reduces in the same warps and tiles at every batch size,
+    so a request's float32 sums, and its output, do not depend on the batch it rides in (a sum's
+    rounding follows the warps and tiles that make it); only the number of programs changes, and
+    the sampling pass's parts, each a whole number of its blocks."""
+    vocab_size, n = 128256, 4
+
+    def arithmetic(num_requests: int) -> list[tuple[object, ...]]:
+        rows = num_requests * (n + 1)
+        target = torch.zeros(1, vocab_size).expand(rows, vocab_size)  # shapes and strides only
+        draft = torch.zeros(1, vocab_size).expand(num_requests * n, vocab_size)
+        batch = SpecBatch(
+            target_logits=target,
+            draft_logits=None if method == "tree" else draft,
+            draft_token_ids=torch.zeros(num_requests * n, dtype=torch.int64),
+            cu_num_drafts=torch.arange(0, num_requests * n + 1, n, dtype=torch.int32),
+            temperature=torch.ones(num_requests),
+            seed=torch.zeros(num_requests, dtype=torch.int64),
+            step=torch.zeros(num_requests, dtype=torch.int64),
+            method=method,  # type: ignore[arg-type]
+            synthetic_rates=torch.full((n,), 0.5, dtype=torch.float64),
+            max_num_drafts=n,
+            tree_parent=torch.arange(-1, n - 1).repeat(num_requests) if method == "tree" else None,
+        )
+        plan = rejection.make_plan(batch)
+        described = []
+        for item in plan.launches:
+            named = dict(zip(item.kernel.arg_names, item.template, strict=True))
+            tiles = named.get("TILES_PER_SPLIT") if item.kernel is jit.row_stats_kernel else None
+            warps = item.options.get("num_warps")
+            described.append((item.kernel.__name__, warps, named.get("BLOCK_V"), tiles))
+        return described
+
+    single = arithmetic(1)
+    for num_requests in (16, 64, 256):
+        assert arithmetic(num_requests) == single, num_requests
+
+
 def test_kept_workspaces_follow_plan_and_stream_within_their_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     """A kept workspace is made zeroed, once per plan key and stream; the least recently used go past
     the byte budget; a plan whose workspace exceeds the budget, or a call being captured, gets a fresh
