@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from specsample.kernels import rejection
 from specsample.kernels.filters import row_parameters
 from specsample.kernels.rejection import TritonRejectionSampler, filter_batch, rejection_sample
+from specsample.properties.batching import select_requests
 from specsample.properties.checks.coupled import agreement
 from specsample.properties.checks.invariants import violations
 from specsample.reference.contract import RequestData, SpecBatch, make_batch
@@ -319,20 +320,38 @@ def test_the_statistics_pass_takes_the_kept_sums_the_filters_found(monkeypatch: 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(DEVICE != "cuda", reason="only a GPU's filters cut rows into chunks by the batch's size")
-@pytest.mark.parametrize("settings", ["top-p 0.9", "half the requests: top-k 50, top-p 0.9, min-p 0.05"])
-def test_a_filtered_request_is_the_same_alone_and_in_a_large_batch(settings: str) -> None:
+@pytest.mark.parametrize("mixed", [False, True], ids=["top-p alone", "half the requests, three filters"])
+def test_a_filtered_request_is_the_same_alone_and_in_a_large_batch(mixed: bool) -> None:
     """A filtered request emits the same tokens, counts and logprobs alone and among 63 others at
     V = 128256, where the filters cut its row into other chunks (the composition invariant: the
-    kept sums the filters add up by chunks are left to the sampler)."""
-    from specsample.benchmarks.filtered import FILTERS, filtered
-    from specsample.benchmarks.grid import Case, make_inputs
-    from specsample.properties.batching import select_requests
-
-    base = make_inputs(Case("probabilistic", "fp32", "flat", 1.0, 64, 4, 128256), DEVICE)
-    batch = filtered(base, FILTERS[settings])
+    kept sums the filters add up by chunks are left to the sampler). Gaussian logits at a scale of
+    3, each draft its draft row's argmax."""
+    num_requests, n, vocab_size = 64, 4, 128256
+    generator = torch.Generator(device=DEVICE).manual_seed(5)
+    target = torch.randn(num_requests * (n + 1), vocab_size, generator=generator, device=DEVICE) * 3
+    draft = torch.randn(num_requests * n, vocab_size, generator=generator, device=DEVICE) * 3
+    on = (
+        torch.arange(num_requests, device=DEVICE) % 2 == 0
+        if mixed
+        else torch.ones(num_requests, dtype=torch.bool)
+    )
+    on = on.to(DEVICE)
+    batch = SpecBatch(
+        target_logits=target,
+        draft_logits=draft,
+        draft_token_ids=draft.argmax(dim=1),
+        cu_num_drafts=torch.arange(0, num_requests * n + 1, n, dtype=torch.int32, device=DEVICE),
+        temperature=torch.ones(num_requests, device=DEVICE),
+        seed=torch.arange(num_requests, device=DEVICE),
+        step=torch.zeros(num_requests, dtype=torch.int64, device=DEVICE),
+        max_num_drafts=n,
+        top_k=torch.where(on, 50, 0).to(torch.int32) if mixed else None,
+        top_p=torch.where(on, 0.9, 1.0).to(torch.float32),
+        min_p=torch.where(on, 0.05, 0.0).to(torch.float32) if mixed else None,
+    )
     crowd = rejection_sample(batch)
     assert crowd.logprobs is not None
-    for b in range(0, 64, 3):
+    for b in range(0, num_requests, 3):
         alone = rejection_sample(select_requests(batch, [b]))
         assert alone.logprobs is not None
         assert torch.equal(alone.token_ids[0], crowd.token_ids[b]), b
