@@ -61,7 +61,8 @@ def host_times(case: Case, device: torch.device, timer: ColdCallTimer) -> list[t
     tensors = rejection._batch_tensors(batch)
     device_index = torch.cuda.current_device()
     addresses = [tensor.data_ptr() for tensor in tensors]
-    plan, cached = rejection._cache[rejection._plan_key(batch, device_index, addresses)]
+    key = rejection._plan_key(batch, device_index, addresses)
+    plan, cached = rejection._cache[key]
     structure = rejection.batch_structure(batch)
     graph, _ = capture_graph(call)
     return [
@@ -71,7 +72,7 @@ def host_times(case: Case, device: torch.device, timer: ColdCallTimer) -> list[t
             lambda: rejection._validate(batch, rejection.batch_structure(batch), None))),
         ("plan key", median_us(lambda: rejection._plan_key(batch, 0, addresses, 0, structure))),
         ("cached launches with their allocations", median_us(
-            lambda: rejection._run_cached(batch, plan, cached, addresses, device_index))),
+            lambda: rejection._run_cached(batch, plan, cached, addresses, device_index, key))),
         ("whole call enqueued", median_us(call)),
         ("whole call and synchronisation", median_us(call, synchronise=True)),
         ("whole call and synchronisation, cold", cold_us(call, timer)),

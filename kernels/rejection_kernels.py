@@ -93,6 +93,7 @@ from specsample.kernels.rules import (
     law_weights,
     log_prob,
     log_prob_at,
+    logit_at,
     noise_tile,
     pick_block,
     request_span,
@@ -516,11 +517,8 @@ def _split_program(
         num_draft_ids = geometry_field(geometry_ptr, GEOMETRY.num_draft_ids)
         num_draft_rows = geometry_field(geometry_ptr, GEOMETRY.num_draft_rows)
         slot_capacity = geometry_field(geometry_ptr, GEOMETRY.slot_capacity)
-        is_draft = position < num_drafts
-        draft_id = tl.load(
-            draft_ids_ptr + draft_start + position,
-            mask=is_draft & (draft_start + position < num_draft_ids),
-            other=-1,
+        is_draft, draft_id, real = draft_at(
+            draft_ids_ptr, draft_start, position, num_drafts, num_draft_ids, vocab_size
         )
         draft_offset = draft_row_offset(
             request, draft_start, position, draft_slot_ptr, num_draft_rows, slot_capacity, draft_stride,
@@ -548,15 +546,9 @@ def _split_program(
         reads_q = sampled & is_draft
         # The logits at the draft id go out with the row's first tiles: the program that finishes the
         # row then waits on the split records alone before it decides (`_finish_row`).
-        real = is_draft & (draft_id >= 0) & (draft_id < vocab_size)
-        target_at_draft = tl.load(
-            target_row_ptr + tl.where(real, draft_id, 0), mask=target_inside & real, other=NEG_INF
-        )
-        draft_at_draft = tl.load(
-            draft_ptr + tl.maximum(draft_offset, 0) + tl.where(real & (draft_offset >= 0), draft_id, 0),
-            mask=real & (draft_offset >= 0) & sampled,
-            other=NEG_INF,
-        )
+        target_at_draft = logit_at(target_row_ptr, target_inside & real, draft_id, vocab_size)
+        draft_inside = (draft_offset >= 0) & real & sampled
+        draft_at_draft = logit_at(draft_ptr + tl.maximum(draft_offset, 0), draft_inside, draft_id, vocab_size)
     else:
         reads_q = position < 0
         draft_offset = tl.full([], -1, tl.int64)

@@ -249,9 +249,16 @@ def log_prob_at(target_row_ptr, target_inside, token, row_max, log_sum, inv_temp
         threshold, FILTERED: where ``FILTERED``, the row is read through its threshold
             (`kept_logit`), as its filtered copy holds it.
     """
-    inside = target_inside & (token >= 0) & (token < vocab_size)
-    logit = tl.load(target_row_ptr + tl.where(inside, token, 0), mask=inside, other=NEG_INF)
+    logit = logit_at(target_row_ptr, target_inside, token, vocab_size)
     return log_prob(kept_logit(logit, threshold, FILTERED), row_max, log_sum, inv_temperature)
+
+
+@triton.jit
+def logit_at(row_ptr, row_inside, token, vocab_size):
+    """A row's logit at ``token`` as stored (fp32/fp16/bf16), ``-inf`` where the row lies outside its
+    tensor or ``token`` outside ``[0, V)``."""
+    inside = row_inside & (token >= 0) & (token < vocab_size)
+    return tl.load(row_ptr + tl.where(inside, token, 0), mask=inside, other=NEG_INF)
 
 
 # The split plan's kernels' ``FILTERED``: 0, rows are read as they are; `TARGET_ROWS`, the target rows
