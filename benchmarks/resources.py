@@ -201,7 +201,7 @@ def measure_filters(params: Sequence[str], rows: int) -> dict[str, Resources]:
     }
     logits = torch.empty(rows, FILTER_VOCAB, device=meta)
     block_v = filters.default_block_v(FILTER_VOCAB)
-    chunks = filters.default_chunks_for(rows, -(-FILTER_VOCAB // block_v), SMS)
+    chunks = filters.default_chunks_for(rows, filters.segments_of(FILTER_VOCAB, block_v), SMS)
     original = JITFunction.__getitem__
     JITFunction.__getitem__ = record  # type: ignore[method-assign]
     try:

@@ -3,14 +3,19 @@
 Each filter of `reference.filters` keeps the tokens at or above a value, so a row's kept set is
 ``{x : z_x >= t}`` for one threshold ``t`` per row (DESIGN.md, "Filtered verification"). This
 module finds ``t`` without sorting the vocabulary: it reads a row a few times, each time shared by
-several programs (chunks of whole tiles, `default_chunks`: on a GPU, enough programs to fill it
+several programs (chunks of whole segments, `default_chunks`: on a GPU, enough programs to fill it
 whatever the batch), and sorts only the few tokens near a pivot, in one program per row. The
 searches compare int32 order keys of the float32 values (`order_key`: integer order is float
 order), so every pivot is a token's exact value.
 
-1. ``filter_stats_kernel`` (each chunk): the max, ``sum exp((z - max) / T)`` and least logit, and the
-   max of every tile of `maxima_tile` tokens (at most `MAX_TILES` of them a row).
-2. ``filter_start_kernel`` (each row): the chunks' statistics combined (`CHUNK_GROUP` at a time);
+A row's float32 sums (its sum, top-p's masses) are made by segments of `SEGMENT_TILES` tiles, each
+reduced alone, the same way whatever chunk reads it, and recorded; a row's sum adds its segments'
+in their order. A chunk is a whole number of segments, as many as the batch's size calls for, so
+no sum, and no kept set or kept sum, depends on the batch a row rides in.
+
+1. ``filter_stats_kernel`` (each chunk): each segment's max, ``sum exp((z - max) / T)`` and least
+   logit, and the max of every tile of `maxima_tile` tokens (at most `MAX_TILES` of them a row).
+2. ``filter_start_kernel`` (each row): the segments' statistics combined (`SEGMENT_GROUP` at a time);
    min-p's key, ``(z - max) / T >= log(min_p)`` with the cut taken in float64 (`min_p_key`); and the
    row's second pass. Top-k: a value at or below the ``k``-th largest tile maximum (`_top_k_bound`:
    two 16-way passes over the maxima, no sort) bounds the ``k``-th value from below (``k`` tiles
@@ -21,8 +26,8 @@ order), so every pivot is a token's exact value.
    each of a pass's cuts. The first pass's lane 0 is the kept set's bound, whose mass is the kept
    mass (so top-p's target comes from the same sums as every mass compared with it), the others
    values evenly spaced between two that bound the pivot in most rows (`_first_placement`, from the
-   row's sum and its tiles' maxima and masses). The second adds the first's masses over the chunks
-   (`_chunks_sum`: every program finds the same interval: the mass above its lower end at least the
+   row's sum and its tiles' maxima and masses). The second adds the first's masses over the segments
+   (`_segments_sum`: every program finds the same interval: the mass above its lower end at least the
    target, above its upper end below it) and cuts that interval by values evenly spaced from
    `_top_p_floor`; where that interval holds at most the capacity (`_few_left`: each of its
    tokens weighs at least its lower end's weight), the second pass is skipped.
@@ -41,10 +46,9 @@ order), so every pivot is a token's exact value.
    `exact_passes` passes find the exact pivot without any sort. ``t`` is the smallest kept logit:
    the last pivot, or, where min-p binds, the least logit at or above its key (the least of the
    chunks', or of top-k's candidates where top-k keeps all min-p keeps), and ``-inf`` where every
-   token is kept. Where the sorted candidates hold every kept token (top-k's, top-p's among them),
-   or top-p's search ran in that program alone, it also writes the row's kept max and sum
-   (``kept``), so that the sampler's statistics pass need not read the row; never a sum made of the
-   chunks' masses, whose rounding follows the chunks a batch's size cuts the row into.
+   token is kept. Where the sorted candidates hold every kept token above what the passes summed,
+   or every token is kept, it also writes the row's kept max and sum (``kept``), so that the
+   sampler's statistics pass need not read the row.
 
 Masses are float32 sums of ``exp((z - max) / T)``; a token whose mass above lies within a few ulps
 (times ``sqrt(V)``) of ``top_p`` is a near pivot (`reference.filters.pivot_band`). A row that
@@ -144,10 +148,19 @@ PLACEMENT_PASSES = tl.constexpr(1)
 # program. A row's program gathers the regions in [GROUP, SHARE] tiles of at most PACK_TILE keys.
 MIN_SHARE = 64
 PACK_TILE = 4096
-# A row's chunk records (statistics, masses) are combined this many chunks at a time: a small batch
-# cuts its rows into hundreds of chunks (B=1 on an H200: 845), which a chunk-by-chunk loop walks at
-# one load's latency each.
-CHUNK_GROUP = tl.constexpr(64)
+# A row's segment records (statistics, masses) are combined this many segments at a time: a row has
+# dozens of segments (42 at V = 128256 on a GPU), which a segment-by-segment loop walks at one load's
+# latency each.
+SEGMENT_GROUP = tl.constexpr(64)
+# Tiles of a segment: a row's float32 sums are made segment by segment (`filter_stats_kernel`,
+# `filter_mass_kernel`), each reduced across the program's warps once and recorded, then added in
+# segment order, so no sum depends on the chunks; a chunk takes a whole number of segments, as many
+# as the batch's size calls for (on an H200 at V = 128256: one at B = 1, three at B = 64). H200, n =
+# 4, V = 128256 (tiles of 1,024), top-k 50, top-p 0.9, min-p 0.05, whole call, cold medians: B = 1
+# 57.1 us against 53.6 with the batch's one-tile chunks, B = 4 62.1 (67.5), B = 16 99.4 (99.7), B =
+# 64 236 (218 in another lease). Chunks of 1 / 2 / 3 tiles at every batch size instead: B = 1 53.1 /
+# 54.8 / 56.7 us, B = 64 334 / 266 / 245.
+SEGMENT_TILES = 3
 # Candidates up to this many are sorted in a tile this wide, up to the second in one that wide
 # (`_sorted`).
 SMALL_SORT = tl.constexpr(256)
@@ -657,24 +670,27 @@ STATS_FINAL_MASS_HI = tl.constexpr(5)  # after its second
 STATS_FIELDS = tl.constexpr(6)
 
 
-@triton.jit(do_not_specialize=["num_tiles"])
-def filter_stats_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, chunk_stats_ptr, tile_max_ptr,
-                        tile_mass_ptr, chunk_count_ptr, logits_stride, vocab_size, num_tiles,
-                        BLOCK_V: tl.constexpr, TILE: tl.constexpr, TILES_PER_CHUNK: tl.constexpr,
-                        MASSES: tl.constexpr, HAS_TOP_K: tl.constexpr, PDL: tl.constexpr):  # fmt: skip
-    """Grid (R, C): each chunk's ``(max, sum of exp((z - max) / T), least logit)`` into ``chunk_stats
-    [R, C, 3]``; the max of every ``TILE`` tokens into ``tile_max [R, num_tiles]`` and, with ``MASSES``
+@triton.jit(do_not_specialize=["num_tiles", "num_segments"])
+def filter_stats_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, segment_stats_ptr, tile_max_ptr,
+                        tile_mass_ptr, chunk_count_ptr, logits_stride, vocab_size, num_tiles, num_segments,
+                        BLOCK_V: tl.constexpr, TILE: tl.constexpr, SEGMENT_TILES: tl.constexpr,
+                        SEGMENTS: tl.constexpr, MASSES: tl.constexpr, HAS_TOP_K: tl.constexpr,
+                        PDL: tl.constexpr):  # fmt: skip
+    """Grid (R, C): each segment's ``(max, sum of exp((z - max) / T), least logit)`` into ``segment_stats
+    [R, S, 3]``; the max of every ``TILE`` tokens into ``tile_max [R, num_tiles]`` and, with ``MASSES``
     (calls that filter by top-p) in rows whose top-p is on and top-k off, their ``sum of exp((z -
     tile max) / T)`` into ``tile_mass [R, num_tiles]`` (which place top-p's first cuts,
     `_first_placement`); the chunk's compaction counter (``chunk_count [R, C]``, `_compact_chunk`'s)
-    set to 0. A chunk is ``TILES_PER_CHUNK`` tiles of ``BLOCK_V`` tokens (a loop of known length), each
-    loaded as ``[BLOCK_V / TILE, TILE]`` lines.
+    set to 0. A chunk is ``SEGMENTS`` segments of ``SEGMENT_TILES`` tiles of ``BLOCK_V`` tokens (loops
+    of known length), each tile loaded as ``[BLOCK_V / TILE, TILE]`` lines.
 
     Each line's max and mass (its terms taken from its own max: one exponential a token) are reduced
     within the line only, and added into one running ``(max, sum, least)`` per line slot, the sum
-    rescaled as that slot's max grows; the slots are reduced to the chunk's once, after the loop, so
-    no step of the loop reduces across the program's warps. (H200, B = 64, n = 4, V = 128256, fp32:
-    61.3 us against 73.0 for one running sum over the whole tile a step.)"""
+    rescaled as that slot's max grows; the slots are reduced to the segment's once, after its tiles,
+    so no tile's step reduces across the program's warps (H200, B = 64, n = 4, V = 128256, fp32: 61.3
+    us against 73.0 for one running sum over the whole tile a step). A segment's sum is made the same
+    way whatever chunk reads it, so the row's sum (`filter_start_kernel` adds the segments' in their
+    order) does not depend on how many chunks the batch's size cuts the row into."""
     after_previous_launch(PDL)
     row = tl.program_id(0)
     chunk = tl.program_id(1)
@@ -690,33 +706,35 @@ def filter_stats_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, chunk
             masses_wanted = masses_wanted & ((k <= 0) | (k >= vocab_size))
     lines = tl.arange(0, BLOCK_V // TILE)
     lanes = tl.arange(0, TILE)
-    slot_max = tl.full([BLOCK_V // TILE], NEG_INF, tl.float32)
-    slot_sum = tl.full([BLOCK_V // TILE], 0.0, tl.float32)
-    slot_least = tl.full([BLOCK_V // TILE], POS_INF, tl.float32)
-    for t in range(TILES_PER_CHUNK):
-        tile_start = (chunk * TILES_PER_CHUNK + t) * BLOCK_V
-        tokens = tile_start + lines[:, None] * TILE + lanes[None, :]
-        in_vocab = tokens < vocab_size
-        x = clean_logit(tl.load(row_ptr + tokens, mask=in_vocab, other=NEG_INF))
-        maxima = tl.max(x, axis=1)
-        masses = tl.sum(weight(x, in_vocab, maxima[:, None], inv_temperature), axis=1)
-        tiles = tile_start // TILE + lines
-        tl.store(maxima_ptr + tiles, maxima, mask=tiles < num_tiles)
-        if masses_wanted:
-            tl.store(masses_ptr + tiles, masses, mask=tiles < num_tiles)
-        new_max = tl.maximum(slot_max, maxima)
-        slot_sum = slot_sum * rescale_factor(slot_max, new_max, inv_temperature) + masses * rescale_factor(
-            maxima, new_max, inv_temperature
-        )
-        slot_max = new_max
-        slot_least = tl.minimum(slot_least, tl.min(tl.where(in_vocab, x, POS_INF), axis=1))
-    chunk_max = tl.max(slot_max, axis=0)
-    chunk_sum = tl.sum(slot_sum * rescale_factor(slot_max, chunk_max, inv_temperature), axis=0)
     tl.store(chunk_count_ptr + row * tl.num_programs(1) + chunk, 0)
-    out = chunk_stats_ptr + (row * tl.num_programs(1) + chunk).to(tl.int64) * 3
-    tl.store(out, chunk_max)
-    tl.store(out + 1, chunk_sum)
-    tl.store(out + 2, tl.min(slot_least, axis=0))
+    for s in range(SEGMENTS):
+        segment = chunk * SEGMENTS + s
+        if segment < num_segments:
+            slot_max = tl.full([BLOCK_V // TILE], NEG_INF, tl.float32)
+            slot_sum = tl.full([BLOCK_V // TILE], 0.0, tl.float32)
+            slot_least = tl.full([BLOCK_V // TILE], POS_INF, tl.float32)
+            for t in range(SEGMENT_TILES):
+                tile_start = (segment * SEGMENT_TILES + t) * BLOCK_V
+                tokens = tile_start + lines[:, None] * TILE + lanes[None, :]
+                in_vocab = tokens < vocab_size
+                x = clean_logit(tl.load(row_ptr + tokens, mask=in_vocab, other=NEG_INF))
+                maxima = tl.max(x, axis=1)
+                masses = tl.sum(weight(x, in_vocab, maxima[:, None], inv_temperature), axis=1)
+                tiles = tile_start // TILE + lines
+                tl.store(maxima_ptr + tiles, maxima, mask=tiles < num_tiles)
+                if masses_wanted:
+                    tl.store(masses_ptr + tiles, masses, mask=tiles < num_tiles)
+                new_max = tl.maximum(slot_max, maxima)
+                rescaled = slot_sum * rescale_factor(slot_max, new_max, inv_temperature)
+                slot_sum = rescaled + masses * rescale_factor(maxima, new_max, inv_temperature)
+                slot_max = new_max
+                slot_least = tl.minimum(slot_least, tl.min(tl.where(in_vocab, x, POS_INF), axis=1))
+            segment_max = tl.max(slot_max, axis=0)
+            segment_sum = tl.sum(slot_sum * rescale_factor(slot_max, segment_max, inv_temperature), axis=0)
+            out = segment_stats_ptr + (row * num_segments + segment).to(tl.int64) * 3
+            tl.store(out, segment_max)
+            tl.store(out + 1, segment_sum)
+            tl.store(out + 2, tl.min(slot_least, axis=0))
 
 
 @triton.jit
@@ -750,16 +768,17 @@ def _narrow_on_tiles(keys, weights, need, lo, hi, PASSES: tl.constexpr):
     return lo, hi
 
 
-@triton.jit(do_not_specialize=["vocab_size", "num_chunks", "num_tiles"])
-def filter_start_kernel(temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, chunk_stats_ptr, tile_max_ptr,
-                        tile_mass_ptr, row_stats_ptr, row_state_ptr, vocab_size, num_chunks, num_tiles,
+@triton.jit(do_not_specialize=["vocab_size", "num_segments", "num_tiles"])
+def filter_start_kernel(temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, segment_stats_ptr, tile_max_ptr,
+                        tile_mass_ptr, row_stats_ptr, row_state_ptr, vocab_size, num_segments, num_tiles,
                         HAS_TOP_K: tl.constexpr, HAS_TOP_P: tl.constexpr, HAS_MIN_P: tl.constexpr,
                         TILES: tl.constexpr, WAYS: tl.constexpr, PDL: tl.constexpr):  # fmt: skip
-    """Grid (R,): the row's max, sum and least logit (its chunks', `CHUNK_GROUP` at a time), min-p's key, the
-    row's mode and its second pass's interval: for top-k, ``[max(min-p's key, bound), max]``, the
-    bound at or below the ``k``-th largest tile maximum (`_top_k_bound`: ``k`` tiles hold a token at or
-    above it, so the ``k``-th value is at least it); for top-p alone, the first pass's ``(min-p's key -
-    1, max]`` and where its cuts go (`_first_placement`)."""
+    """Grid (R,): the row's max, sum and least logit (its segments', `SEGMENT_GROUP` at a time, in
+    segment order), min-p's key, the row's mode and its second pass's interval: for top-k,
+    ``[max(min-p's key, bound), max]``, the bound at or below the ``k``-th largest tile maximum
+    (`_top_k_bound`: ``k`` tiles hold a token at or above it, so the ``k``-th value is at least it);
+    for top-p alone, the first pass's ``(min-p's key - 1, max]`` and where its cuts go
+    (`_first_placement`)."""
     after_previous_launch(PDL)
     row = tl.program_id(0)
     temperature = tl.load(temperature_ptr + row)
@@ -767,21 +786,21 @@ def filter_start_kernel(temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, chunk_
     row_max = tl.full([], NEG_INF, tl.float32)
     row_sum = tl.full([], 0.0, tl.float32)
     least = tl.full([], POS_INF, tl.float32)
-    stats = chunk_stats_ptr + (row * num_chunks).to(tl.int64) * 3
-    chunks = tl.arange(0, CHUNK_GROUP)
+    stats = segment_stats_ptr + (row * num_segments).to(tl.int64) * 3
+    segments = tl.arange(0, SEGMENT_GROUP)
     c = 0
-    while c < num_chunks:
-        inside = c + chunks < num_chunks
-        at = stats + (c + chunks) * 3
-        chunk_max = tl.load(at, mask=inside, other=NEG_INF)
-        new_max = tl.maximum(row_max, tl.max(chunk_max, axis=0))
-        chunk_sum = tl.load(at + 1, mask=inside, other=0.0) * rescale_factor(
-            chunk_max, new_max, inv_temperature
+    while c < num_segments:
+        inside = c + segments < num_segments
+        at = stats + (c + segments) * 3
+        segment_max = tl.load(at, mask=inside, other=NEG_INF)
+        new_max = tl.maximum(row_max, tl.max(segment_max, axis=0))
+        segment_sum = tl.load(at + 1, mask=inside, other=0.0) * rescale_factor(
+            segment_max, new_max, inv_temperature
         )
-        row_sum = row_sum * rescale_factor(row_max, new_max, inv_temperature) + tl.sum(chunk_sum, axis=0)
+        row_sum = row_sum * rescale_factor(row_max, new_max, inv_temperature) + tl.sum(segment_sum, axis=0)
         row_max = new_max
         least = tl.minimum(least, tl.min(tl.load(at + 2, mask=inside, other=POS_INF), axis=0))
-        c += CHUNK_GROUP
+        c += SEGMENT_GROUP
     out = row_stats_ptr + row * STATS_FIELDS
     tl.store(out, row_max)
     tl.store(out + 1, row_sum)
@@ -829,12 +848,12 @@ def filter_start_kernel(temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, chunk_
 
 
 @triton.jit
-def _chunk_masses(row_ptr, chunk, vocab_size, cuts, row_max, inv_temperature, BLOCK_V: tl.constexpr,
-                  WAYS: tl.constexpr, TILES: tl.constexpr):  # fmt: skip
-    """``[WAYS]`` sum of ``exp((z - max) / T)`` over the chunk's tokens (``TILES`` tiles of ``BLOCK_V``)
+def _segment_masses(row_ptr, segment, vocab_size, cuts, row_max, inv_temperature, BLOCK_V: tl.constexpr,
+                    WAYS: tl.constexpr, LINES: tl.constexpr):  # fmt: skip
+    """``[WAYS]`` sum of ``exp((z - max) / T)`` over the segment's tokens (``LINES`` lines of ``BLOCK_V``)
     whose order key is ``> cuts[j]`` (int32 cuts).
 
-    Every (lane, cut) pair keeps its own sum across the tiles, reduced once at the end: each cut's
+    Every (lane, cut) pair keeps its own sum across the lines, reduced once at the end: each cut's
     mass is a fixed sum of non-negative terms in the same order whatever the cut, so it never
     decreases as the cut does, and the same cut gets the same mass in any lane of any pass. A term
     is its weight times 0 or 1, the comparison made on values: ``z > value(cut)`` is ``key(z) >
@@ -843,28 +862,29 @@ def _chunk_masses(row_ptr, chunk, vocab_size, cuts, row_max, inv_temperature, BL
     so a thread holds every cut of its tokens (one compare and one fused multiply-add a pair)."""
     values = key_value(tl.maximum(cuts, NEG_INF_KEY))
     acc = tl.zeros([WAYS, BLOCK_V], tl.float32)
-    for t in range(TILES):
-        x, in_vocab = _line(row_ptr, (chunk * TILES + t) * BLOCK_V, vocab_size, BLOCK_V)
+    for t in range(LINES):
+        x, in_vocab = _line(row_ptr, (segment * LINES + t) * BLOCK_V, vocab_size, BLOCK_V)
         weights = weight(x, in_vocab, row_max, inv_temperature)
         acc += weights * (x > values[:, None]).to(tl.float32)
     return tl.sum(acc, axis=1)
 
 
 @triton.jit
-def _chunks_sum(masses_ptr, row, num_chunks, WAYS: tl.constexpr):
-    """``[WAYS]`` a row's chunk masses added up, `CHUNK_GROUP` chunks at a time (each group summed as a
-    tile, the groups in chunk order): the same sums in every program, and each cut's as the others'
-    (an addition of larger terms never gives a smaller sum, so the sums keep the cuts' order)."""
-    chunks = tl.arange(0, CHUNK_GROUP)
+def _segments_sum(masses_ptr, row, num_segments, WAYS: tl.constexpr):
+    """``[WAYS]`` a row's segment masses added up, `SEGMENT_GROUP` segments at a time (each group summed
+    as a tile, the groups in segment order): the same sums in every program, whatever chunks made
+    them, and each cut's as the others' (an addition of larger terms never gives a smaller sum, so
+    the sums keep the cuts' order)."""
+    segments = tl.arange(0, SEGMENT_GROUP)
     ways = tl.arange(0, WAYS)
-    base = masses_ptr + (row * num_chunks).to(tl.int64) * WAYS
+    base = masses_ptr + (row * num_segments).to(tl.int64) * WAYS
     masses = tl.zeros([WAYS], tl.float32)
     c = 0
-    while c < num_chunks:
-        inside = c + chunks < num_chunks
-        part = tl.load(base + (c + chunks)[:, None] * WAYS + ways[None, :], mask=inside[:, None], other=0.0)
+    while c < num_segments:
+        inside = c + segments < num_segments
+        part = tl.load(base + (c + segments)[:, None] * WAYS + ways[None, :], mask=inside[:, None], other=0.0)
         masses += tl.sum(part, axis=0)
-        c += CHUNK_GROUP
+        c += SEGMENT_GROUP
     return masses
 
 
@@ -882,15 +902,16 @@ def _few_left(masses, target, mass_hi, lo, row_max, inv_temperature, capacity):
     return most * 1.001 + 1.0 <= capacity
 
 
-@triton.jit(do_not_specialize=["num_chunks", "capacity"])
+@triton.jit(do_not_specialize=["num_segments", "capacity"])
 def filter_mass_kernel(logits_ptr, temperature_ptr, top_p_ptr, row_stats_ptr, row_state_ptr, first_ptr,
-                       masses_ptr, logits_stride, vocab_size, num_chunks, capacity, SECOND: tl.constexpr,
-                       WAYS: tl.constexpr, BLOCK_V: tl.constexpr, TILES: tl.constexpr,
-                       PDL: tl.constexpr):  # fmt: skip
-    """Grid (R, C), rows of mode top-p: each chunk's masses above a top-p pass's ``WAYS`` cuts into
-    ``masses [R, C, WAYS]``. The first pass (``SECOND`` false) cuts ``(min-p's key - 1, max]``: lane 0
+                       masses_ptr, logits_stride, vocab_size, num_segments, capacity, SECOND: tl.constexpr,
+                       WAYS: tl.constexpr, BLOCK_V: tl.constexpr, LINES: tl.constexpr,
+                       SEGMENTS: tl.constexpr, PDL: tl.constexpr):  # fmt: skip
+    """Grid (R, C), rows of mode top-p: the masses above a top-p pass's ``WAYS`` cuts of each of the
+    chunk's ``SEGMENTS`` segments (``LINES`` lines of ``BLOCK_V`` tokens each) into ``masses [R, S,
+    WAYS]``. The first pass (``SECOND`` false) cuts ``(min-p's key - 1, max]``: lane 0
     its lower end, whose mass is the kept mass, the others values placed by `_first_placement`. The
-    second adds the first's masses (``first_ptr``) over the chunks (`_chunks_sum`), which narrow the
+    second adds the first's masses (``first_ptr``) over the segments (`_segments_sum`), which narrow the
     interval (chunk 0 records it, top-p's target and the mass above it), and cuts the narrowed
     interval by values evenly spaced from `_top_p_floor` to its upper end; unless the narrowed
     interval holds at most ``capacity`` tokens (`_few_left`), which the compaction then gathers
@@ -908,7 +929,7 @@ def filter_mass_kernel(logits_ptr, temperature_ptr, top_p_ptr, row_stats_ptr, ro
         hi = tl.load(state + STATE_HI)
         skip = False
         if SECOND:
-            first = _chunks_sum(first_ptr, row, num_chunks, WAYS)
+            first = _segments_sum(first_ptr, row, num_segments, WAYS)
             # (The counts go unused: the compaction counts the tokens of the narrowed interval.)
             lo, hi, target, mass_hi, _, _ = _first_narrow_top_p(
                 _first_cuts(lo, state, WAYS), first, tl.zeros([WAYS], tl.int32), tl.load(top_p_ptr + row), lo,
@@ -925,12 +946,16 @@ def filter_mass_kernel(logits_ptr, temperature_ptr, top_p_ptr, row_stats_ptr, ro
         else:
             cuts = _first_cuts(lo, state, WAYS)
         if not skip:
-            masses = _chunk_masses(
-                logits_ptr + row.to(tl.int64) * logits_stride, chunk, vocab_size, cuts.to(tl.int32), row_max,
-                inv_temperature, BLOCK_V, WAYS, TILES,
-            )  # fmt: skip
-            out = (row * tl.num_programs(1) + chunk).to(tl.int64) * WAYS + tl.arange(0, WAYS)
-            tl.store(masses_ptr + out, masses)
+            row_ptr = logits_ptr + row.to(tl.int64) * logits_stride
+            for s in range(SEGMENTS):
+                segment = chunk * SEGMENTS + s
+                if segment < num_segments:
+                    masses = _segment_masses(
+                        row_ptr, segment, vocab_size, cuts.to(tl.int32), row_max, inv_temperature, BLOCK_V,
+                        WAYS, LINES,
+                    )  # fmt: skip
+                    out = (row * num_segments + segment).to(tl.int64) * WAYS + tl.arange(0, WAYS)
+                    tl.store(masses_ptr + out, masses)
 
 
 @triton.jit
@@ -997,15 +1022,16 @@ def _pack(regions_ptr, counts_ptr, out_ptr, num_chunks, capacity, SHARE: tl.cons
     return n, packed.to(tl.int32)
 
 
-@triton.jit(do_not_specialize=["num_chunks", "capacity"])
+@triton.jit(do_not_specialize=["num_segments"])
 def filter_compact_kernel(logits_ptr, temperature_ptr, tile_max_ptr, row_stats_ptr, row_state_ptr, masses_ptr,
-                          regions_ptr, chunk_count_ptr, chunk_min_ptr, logits_stride, vocab_size, num_chunks,
-                          num_tiles, WAYS: tl.constexpr, BLOCK_V: tl.constexpr, TILES: tl.constexpr,
-                          SHARE: tl.constexpr, TILE: tl.constexpr, PDL: tl.constexpr):  # fmt: skip
+                          regions_ptr, chunk_count_ptr, chunk_min_ptr, logits_stride, vocab_size,
+                          num_segments, num_tiles, WAYS: tl.constexpr, BLOCK_V: tl.constexpr,
+                          TILES: tl.constexpr, SHARE: tl.constexpr, TILE: tl.constexpr,
+                          PDL: tl.constexpr):  # fmt: skip
     """Grid (R, C): each chunk's share of its row's last pass. Top-k rows: the tokens of ``[lo, hi)``
     counted (into ``chunk_count [R, C]``) and compacted into the chunk's region (``regions [R, C,
     SHARE]``; `_pack` gathers them). Top-p rows: the second pass's masses added over the chunks
-    (`_chunks_sum`: the same sums in every program), which narrow its interval ``(lo, hi]`` (chunk 0
+    (`_segments_sum`: the same sums in every program), which narrow its interval ``(lo, hi]`` (chunk 0
     records it; a row whose first pass left few tokens keeps that pass's, ``STATE_SKIP``), then its
     tokens counted and compacted. Rows that filter by min-p alone: the chunk's smallest logit at or
     above min-p's key into ``chunk_min [R, C]``. Where top-k or top-p filters too, the select kernel
@@ -1015,6 +1041,7 @@ def filter_compact_kernel(logits_ptr, temperature_ptr, tile_max_ptr, row_stats_p
     after_previous_launch(PDL)
     row = tl.program_id(0)
     chunk = tl.program_id(1)
+    num_chunks = tl.num_programs(1)
     state = row_state_ptr + row * STATE_FIELDS
     mode = tl.load(state + STATE_MODE)
     if mode != MODE_NONE:
@@ -1034,7 +1061,7 @@ def filter_compact_kernel(logits_ptr, temperature_ptr, tile_max_ptr, row_stats_p
                 # The counts go unused: the compaction counts the interval's tokens.
                 none = tl.full([], 0, tl.int64)
                 lo, hi, mass_hi, _, _ = _narrow_top_p(
-                    cuts, _chunks_sum(masses_ptr, row, num_chunks, WAYS), tl.zeros([WAYS], tl.int32),
+                    cuts, _segments_sum(masses_ptr, row, num_segments, WAYS), tl.zeros([WAYS], tl.int32),
                     tl.load(stats + STATS_TARGET), lo, hi, mass_hi, none, none,
                 )  # fmt: skip
             if chunk == 0:
@@ -1073,14 +1100,14 @@ def filter_select_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, row_
 
     And the row's kept statistics, ``kept [2, R]`` (row stride ``kept_stride``): the row max (always
     kept) and the sum of ``exp((z - max) / T)`` over the kept tokens, so that the sampler need not
-    read the row for them (`rejection_kernels.row_stats_kernel`). The sum is known where it does not
-    depend on how the row was cut into chunks (`default_chunks`, which follows the batch's size), so
-    a request's output does not depend on the batch it rides in: where the candidates sorted here
-    hold every kept token (top-k's, and top-p's among them), or top-p's search ran in this program
-    alone. Elsewhere (top-p from the chunks' interval, min-p alone, a search by passes alone, rows
-    that keep every token, greedy ones, those without a finite logit) it is `UNKNOWN_MASS`. The
-    candidates' sum adds the same terms in another order than a pass over the row would: the two
-    differ by float32 rounding, which moves decisions only at near ties."""
+    read the row for them (`rejection_kernels.row_stats_kernel`). The sum is known where the
+    candidates sorted here hold every kept token above what the passes summed (top-k's, and top-p's
+    after its search) or every token is kept (the row's sum); elsewhere (min-p alone, a search by
+    passes alone, rows that filter nothing: greedy ones, those without a finite logit) it is
+    `UNKNOWN_MASS`. The passes' sums are made by segments, whatever chunks read them, so a known sum
+    does not depend on the batch a row rides in. The candidates' sum adds the same terms in another
+    order than a pass over the row would: the two differ by float32 rounding, which moves decisions
+    only at near ties."""
     after_previous_launch(PDL)
     row = tl.program_id(0)
     row_ptr = logits_ptr + row.to(tl.int64) * logits_stride
@@ -1108,7 +1135,7 @@ def filter_select_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, row_
         )  # fmt: skip
     # kept_key is a token's key (a k-th value or top-p's pivot), or min-p's key.
     at_pivot = tl.full([], 0, tl.int32)
-    # Top-p's search still to make: 0 none, 1 by this program alone, 2 from the chunks' interval.
+    # Top-p's search still to make: 0 none, 1 by this program alone, 2 from the passes' interval.
     search = tl.full([], 0, tl.int32)
     if HAS_TOP_K:  # noqa: SIM102 (a constexpr condition, then a runtime one)
         if mode == MODE_TOP_K:
@@ -1175,9 +1202,6 @@ def filter_select_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, row_
                 row_ptr, cand_ptr, vocab_size, target, lo, hi, mass_hi, at_lo, at_hi, compacted, row_max,
                 inv_temperature, capacity, passes, BLOCK_V, SCAN, WAYS, CAPACITY,
             )  # fmt: skip
-            # From the chunks' interval, the mass above it is the chunks' sum, rounded as the row is cut
-            # into chunks, which follows the batch's size: the sampler sums the row itself instead.
-            kept_mass = tl.where(search == 1, kept_mass, UNKNOWN_MASS)
             at_pivot = tl.full([], 1, tl.int32)
     threshold = tl.full([], NEG_INF, tl.float32)
     if (mode != MODE_NONE) & (kept_key > NEG_INF_KEY):
@@ -1196,9 +1220,8 @@ def filter_select_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, row_
         # The max is always kept; a threshold at the row's least logit keeps every token.
         threshold = tl.where(smallest > least, tl.minimum(smallest, row_max), NEG_INF)
     tl.store(threshold_ptr + row, threshold)
-    # Every token kept: the row's sum, which the statistics pass adds up by chunks, is left to the
-    # sampler too.
-    kept_mass = tl.where(threshold == NEG_INF, UNKNOWN_MASS, kept_mass)
+    # Every token kept: the row's own sum.
+    kept_mass = tl.where(threshold == NEG_INF, row_sum, kept_mass)
     tl.store(kept_ptr + row, row_max)
     kept_mass = tl.where(filters_row(temperature, row_max), kept_mass, UNKNOWN_MASS)
     tl.store(kept_ptr + kept_stride + row, kept_mass)
@@ -1346,18 +1369,23 @@ def maxima_tile(vocab_size: int, block_v: int, max_tiles: int = MAX_TILES) -> in
 PROGRAMS_PER_SM = 32
 
 
-def default_chunks(rows: int, tiles: int, device: torch.device) -> int:
-    """Chunks a row is cut into for its first pass: on a GPU, enough that it has `PROGRAMS_PER_SM`
+def default_chunks(rows: int, segments: int, device: torch.device) -> int:
+    """Chunks a row is cut into for its passes: on a GPU, enough that it has `PROGRAMS_PER_SM`
     programs per SM (`default_chunks_for`); under the interpreter (CPU tensors), one."""
     if device.type != "cuda":
         return 1
-    return default_chunks_for(rows, tiles, torch.cuda.get_device_properties(device).multi_processor_count)
+    return default_chunks_for(rows, segments, torch.cuda.get_device_properties(device).multi_processor_count)
 
 
-def default_chunks_for(rows: int, tiles: int, sms: int) -> int:
+def default_chunks_for(rows: int, segments: int, sms: int) -> int:
     """Chunks enough that ``rows`` rows have `PROGRAMS_PER_SM` programs on each of ``sms`` SMs, at
-    most one chunk per tile of ``tiles``."""
-    return max(1, min(tiles, -(-PROGRAMS_PER_SM * sms // rows)))
+    most one chunk per segment of ``segments``."""
+    return max(1, min(segments, -(-PROGRAMS_PER_SM * sms // rows)))
+
+
+def segments_of(vocab_size: int, block_v: int) -> int:
+    """The segments of a row of ``vocab_size`` in tiles of ``block_v``: `SEGMENT_TILES` tiles each."""
+    return -(-vocab_size // (block_v * SEGMENT_TILES))
 
 
 def select_registers(rows: int, sms: int) -> dict[str, int]:
@@ -1529,9 +1557,9 @@ def filter_thresholds(
             the tensors are on the CPU.
         block_v: the tile width, a power of two >= 16 (default `default_block_v`; wider on the CPU,
             where the interpreter runs the kernel).
-        chunks: how many programs share a row's first pass (its max, sum and tile maxima), each
-            reading a chunk of whole tiles (default `default_chunks`); the thresholds do not depend
-            on it but through the order of the row sum's fp32 additions (near pivots only).
+        chunks: how many programs share each of a row's passes, each reading a chunk of whole
+            segments (`SEGMENT_TILES` tiles; default `default_chunks`); the thresholds and kept sums
+            do not depend on it (every float32 sum is made by segments).
         capacity: the most tokens a search sorts (default `CAPACITY`, `INTERPRETER_CAPACITY` on the
             CPU; ``0``: it never sorts, and searches by passes alone).
         search_passes, search_ways: the most passes a search makes before it sorts (default
@@ -1668,7 +1696,7 @@ def filter_thresholds(
 # workspace (the two top-p passes' masses by the names `_split_plan` gives them).
 SPLIT_BUFFERS = frozenset({
     "logits_ptr", "temperature_ptr", "top_k_ptr", "top_p_ptr", "min_p_ptr", "threshold_ptr",
-    "chunk_stats_ptr", "tile_max_ptr", "tile_mass_ptr", "chunk_count_ptr", "row_stats_ptr", "row_state_ptr",
+    "segment_stats_ptr", "tile_max_ptr", "tile_mass_ptr", "chunk_count_ptr", "row_stats_ptr", "row_state_ptr",
     "first_ptr", "masses_ptr", "regions_ptr", "chunk_min_ptr", "candidates_ptr", "kept_ptr",
 })  # fmt: skip
 
@@ -1692,16 +1720,16 @@ def _split_plan(
     has_top_k, has_top_p, has_min_p = has
     if block_v is None:
         block_v = _launch_block_v(vocab_size, device)
-    tiles = -(-vocab_size // block_v)
+    num_segments = segments_of(vocab_size, block_v)
     if chunks is None:
-        chunks = default_chunks(rows, tiles, device)
-    tiles_per_chunk = -(-tiles // min(chunks, tiles))
-    num_chunks = -(-tiles // tiles_per_chunk)
+        chunks = default_chunks(rows, num_segments, device)
+    segments_per_chunk = -(-num_segments // min(chunks, num_segments))
+    num_chunks = -(-num_segments // segments_per_chunk)
     tile = maxima_tile(vocab_size, block_v, INTERPRETER_MAX_TILES if device.type == "cpu" else MAX_TILES)
     num_tiles = -(-vocab_size // tile)
     # Top-p's first pass, shared by a row's chunks, tries at least FIRST_WAYS values.
     first_ways = max(search_ways, FIRST_WAYS)
-    masses_shape = (rows, num_chunks, first_ways) if has_top_p else (0,)
+    masses_shape = (rows, num_segments, first_ways) if has_top_p else (0,)
     # Top-p's passes hold a [ways, BLOCK_V] sum a program: at most MASS_TILE elements on a GPU.
     mass_block = block_v if device.type == "cpu" else min(block_v, max(MIN_BLOCK_V, MASS_TILE // first_ways))
     block_capacity = max(MIN_BLOCK_V, int(triton.next_power_of_2(max(capacity, 1))))
@@ -1710,7 +1738,7 @@ def _split_plan(
     share = min(block_capacity, max(MIN_SHARE, int(triton.next_power_of_2(-(-block_capacity // num_chunks)))))
     group = max(1, min(int(triton.next_power_of_2(num_chunks)), PACK_TILE // share))
     layout, nbytes = _layout({
-        "chunk_stats_ptr": (torch.float32, (rows, num_chunks, 3)),
+        "segment_stats_ptr": (torch.float32, (rows, num_segments, 3)),
         "tile_max_ptr": (torch.float32, (rows, num_tiles)),
         "tile_mass_ptr": (torch.float32, (rows, num_tiles)),
         "row_stats_ptr": (torch.float32, (rows, STATS_FIELDS.value)),
@@ -1749,9 +1777,10 @@ def _split_plan(
                                 buffers=SPLIT_BUFFERS, sources=sources)  # fmt: skip
 
     launches = [
-        of(filter_stats_kernel, grid, dependent, logits_stride=stride, num_tiles=num_tiles, BLOCK_V=block_v,
-           TILE=tile, TILES_PER_CHUNK=tiles_per_chunk, MASSES=has_top_p, HAS_TOP_K=has_top_k),
-        of(filter_start_kernel, per_row, dependent, num_chunks=num_chunks, num_tiles=num_tiles,
+        of(filter_stats_kernel, grid, dependent, logits_stride=stride, num_tiles=num_tiles,
+           num_segments=num_segments, BLOCK_V=block_v, TILE=tile, SEGMENT_TILES=SEGMENT_TILES,
+           SEGMENTS=segments_per_chunk, MASSES=has_top_p, HAS_TOP_K=has_top_k),
+        of(filter_start_kernel, per_row, dependent, num_segments=num_segments, num_tiles=num_tiles,
            HAS_TOP_K=has_top_k, HAS_TOP_P=has_top_p, HAS_MIN_P=has_min_p,
            TILES=int(triton.next_power_of_2(num_tiles)), WAYS=first_ways),
     ]  # fmt: skip
@@ -1760,13 +1789,14 @@ def _split_plan(
             masses = "masses_second" if second else "masses_first"
             launches.append(
                 of(filter_mass_kernel, grid, wide, {"first_ptr": "masses_first", "masses_ptr": masses},
-                   logits_stride=stride, num_chunks=num_chunks, capacity=capacity, SECOND=second,
-                   WAYS=first_ways, BLOCK_V=mass_block, TILES=tiles_per_chunk * block_v // mass_block)
+                   logits_stride=stride, num_segments=num_segments, capacity=capacity, SECOND=second,
+                   WAYS=first_ways, BLOCK_V=mass_block, LINES=SEGMENT_TILES * block_v // mass_block,
+                   SEGMENTS=segments_per_chunk)
             )  # fmt: skip
     launches += [
         of(filter_compact_kernel, grid, dependent, {"masses_ptr": "masses_second"}, logits_stride=stride,
-           num_chunks=num_chunks, num_tiles=num_tiles, WAYS=first_ways, BLOCK_V=block_v,
-           TILES=tiles_per_chunk, SHARE=share, TILE=tile),
+           num_segments=num_segments, num_tiles=num_tiles, WAYS=first_ways, BLOCK_V=block_v,
+           TILES=segments_per_chunk * SEGMENT_TILES, SHARE=share, TILE=tile),
         of(filter_select_kernel, per_row, select_options, logits_stride=stride, kept_stride=kept_stride,
            num_chunks=num_chunks, capacity=capacity, passes=search_passes, HAS_TOP_K=has_top_k,
            HAS_TOP_P=has_top_p, WAYS=search_ways, BLOCK_V=search_block, SCAN=scan_block,

@@ -288,11 +288,10 @@ def test_each_row_gets_its_requests_parameters(
 def test_the_statistics_pass_takes_the_kept_sums_the_filters_found(monkeypatch: pytest.MonkeyPatch) -> None:
     """Where the filters found a row's kept sum (`filter_select_kernel`), the split plan's statistics
     pass takes it and does not read the row; elsewhere it reads the row. With every kept sum the
-    filters found doubled, each token of the top-k and top-p request has its logprob moved by
-    ``-log 2``, and the min-p request's, the greedy one's and the unfiltered one's none (a row that
-    keeps every token is summed by the sampler: the filters add it up by chunks, which follow the
-    batch's size); synthetic verification's decisions and Gumbel-max draws do not depend on the
-    sum, so the tokens stay the same."""
+    filters found doubled, each token of the top-k and top-p request and of the unfiltered one
+    (whose kept sum is the row's) has its logprob moved by ``-log 2`` and the min-p request's and
+    the greedy one's none; synthetic verification's decisions and Gumbel-max draws do not depend on
+    the sum, so the tokens stay the same."""
     batch = _batch("synthetic", "flat", False, torch.float32, seed=3)
     plain = rejection_sample(batch, plan="split")
     original = rejection.filter_thresholds
@@ -313,7 +312,7 @@ def test_the_statistics_pass_takes_the_kept_sums_the_filters_found(monkeypatch: 
     emitted = torch.arange(moved.token_ids.shape[1], device=DEVICE)[None, :] < moved.num_emitted[:, None]
     emitted &= torch.isfinite(plain.logprobs)
     shift = torch.where(emitted, moved.logprobs - plain.logprobs, 0.0).cpu()
-    expected = torch.tensor([1.0, 0.0, 0.0, 0.0])[:, None] * emitted.cpu() * -float(np.log(2.0))
+    expected = torch.tensor([1.0, 0.0, 0.0, 1.0])[:, None] * emitted.cpu() * -float(np.log(2.0))
     assert emitted[0].any() and emitted[3].any()
     torch.testing.assert_close(shift, expected, rtol=0, atol=1e-5)
 
@@ -324,8 +323,8 @@ def test_the_statistics_pass_takes_the_kept_sums_the_filters_found(monkeypatch: 
 def test_a_filtered_request_is_the_same_alone_and_in_a_large_batch(mixed: bool) -> None:
     """A filtered request emits the same tokens, counts and logprobs alone and among 63 others at
     V = 128256, where the filters cut its row into other chunks (the composition invariant: the
-    kept sums the filters add up by chunks are left to the sampler). Gaussian logits at a scale of
-    3, each draft its draft row's argmax."""
+    filters make every sum by segments, whatever the chunks, and the sampler's splits follow V
+    alone). Gaussian logits at a scale of 3, each draft its draft row's argmax."""
     num_requests, n, vocab_size = 64, 4, 128256
     generator = torch.Generator(device=DEVICE).manual_seed(5)
     target = torch.randn(num_requests * (n + 1), vocab_size, generator=generator, device=DEVICE) * 3

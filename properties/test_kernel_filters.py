@@ -302,6 +302,21 @@ def test_thresholds_keep_the_specification_kept_set(
     event(f"negligible differences: {min(comparison.negligible_differences, 1)}")
 
 
+@pytest.mark.parametrize("capacity", [0, None])
+def test_a_cold_rows_top_p_pivot_is_its_max(capacity: int | None) -> None:
+    """A row at T = 0.001 whose min-p (0.25) and top-p (``1 - 2**-24``) keep its max alone gets the
+    max's own logit as threshold, not a value just below it: the example the GPU profile of
+    `test_thresholds_keep_the_specification_kept_set` found on an H200 (seed 250, V = 484, Gaussian
+    logits at a scale of 30, a search by passes alone), where the kernel returned 93.446434 for a
+    max of 93.44644 (the kept set was right)."""
+    rng = np.random.default_rng(250)
+    logits = np.stack([_row_logits(rng, "normal", 484, 30.0), _row_logits(rng, "normal", 484, 0.1)])
+    rows = _rows(logits, [0.001, 0.0], top_p=[0.99999994, 1.0], min_p=[0.25, 0.0])
+    t = _thresholds(rows, capacity=capacity)
+    assert t[0] == np.float32(logits[0].max()), (t[0], logits[0].max())
+    _check(rows, t)
+
+
 # ---------------------------------------------------------------------------------------------
 # The conventions, one case each
 
@@ -785,10 +800,9 @@ def test_the_select_kernel_finds_each_rows_kept_sum() -> None:
     """The split plan's kept statistics (``kept``, `filter_select_kernel`): each row's max, and the sum
     of ``exp((z - max) / T)`` over the tokens its threshold keeps, within 1e-5 of float64's
     (relative), where the candidates sorted hold every kept token (top-k; top-k then top-p and
-    min-p); `UNKNOWN_MASS` where the sum would come from the chunks' masses, whose rounding follows
-    how the batch's size cut the row (top-p from the chunks' interval, at T = 1 and 0.7; filters
-    off), for min-p alone, a search by passes alone (capacity 0) and greedy rows. Rows: Gaussian
-    logits at a scale of 3 over V = 3,000."""
+    min-p; top-p after its search, at T = 1 and 0.7) or every token is kept (filters off);
+    `UNKNOWN_MASS` for min-p alone, a search by passes alone (capacity 0) and greedy rows. Rows:
+    Gaussian logits at a scale of 3 over V = 3,000."""
     rng = np.random.default_rng(5)
     logits = rng.normal(size=(7, 3000)) * 3.0
     rows = _rows(
@@ -800,8 +814,8 @@ def test_the_select_kernel_finds_each_rows_kept_sum() -> None:
     )
     temperature, top_k, top_p, min_p = rows.tensors()
     assert temperature is not None
-    known = [True, True, False, False, False, False, False]
-    searched = [True, True, False, False, False, False, False]
+    known = [True, True, True, False, True, False, True]
+    searched = [True, True, True, False, False, False, True]
     for capacity in (2048, 0):
         kept = torch.full((2, 7), np.nan, device=DEVICE)
         t = filter_thresholds(rows.logits, temperature, top_k, top_p, min_p, capacity=capacity, plan="split",
@@ -818,3 +832,66 @@ def test_the_select_kernel_finds_each_rows_kept_sum() -> None:
             kept_z = z[row][z[row] >= float(t[row])]
             expected = np.exp((kept_z - z[row].max()) * scale).sum()
             assert abs(sums[row] / expected - 1.0) < 1e-5, (row, sums[row], expected)
+
+
+def test_the_kept_sets_and_sums_do_not_depend_on_the_chunks() -> None:
+    """The split plan's thresholds and kept sums are bit for bit the same however many chunks a row is
+    cut into (on a GPU the chunks follow the batch's size, `default_chunks`): every float32 sum is
+    made by segments of `SEGMENT_TILES` tiles and added in segment order. Rows: top-p at 0.5, 0.9 and
+    0.99 alone (its target and the mass above its interval come from the passes' sums), top-p with
+    min-p, top-k with top-p, and a row that keeps every token (its kept sum is the row's sum);
+    Gaussian logits at a scale of 3 over V = 3,000 in tiles of 64 (16 segments)."""
+    rng = np.random.default_rng(11)
+    rows = _rows(
+        rng.normal(size=(6, 3000)) * 3.0,
+        [1.0, 1.0, 0.7, 1.0, 1.0, 1.0],
+        top_k=[0, 0, 0, 0, 50, 0],
+        top_p=[0.5, 0.9, 0.99, 0.9, 0.9, 1.0],
+        min_p=[0.0, 0.0, 0.0, 0.05, 0.0, 0.0],
+    )
+    temperature, top_k, top_p, min_p = rows.tensors()
+    assert temperature is not None
+    assert filters.segments_of(3000, 64) == 16
+
+    def run(chunks: int) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
+        kept = torch.full((2, 6), np.nan, device=DEVICE)
+        t = filter_thresholds(rows.logits, temperature, top_k, top_p, min_p, block_v=64, chunks=chunks,
+                              capacity=2048, plan="split", kept=kept)  # fmt: skip
+        return t.cpu().numpy(), kept.cpu().numpy()
+
+    thresholds, kept = run(1)
+    _check(rows, thresholds)
+    assert (kept[1] != filters.UNKNOWN_MASS.value).all(), kept[1]
+    for chunks in (2, 5, 16):
+        other_thresholds, other_kept = run(chunks)
+        np.testing.assert_array_equal(other_thresholds, thresholds, err_msg=f"chunks={chunks}")
+        np.testing.assert_array_equal(other_kept, kept, err_msg=f"chunks={chunks}")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(DEVICE != "cuda", reason="V = 128256 in a GPU's tiles")
+def test_a_gpu_rows_kept_set_and_sum_do_not_depend_on_the_chunks() -> None:
+    """As above at a GPU's sizes: 60 rows of V = 128256 in its default tiles (42 segments), cut into 1,
+    3, 14 (B = 64's) and 42 (B = 1's) chunks, with top-p 0.9 alone, top-p 0.9 with min-p 0.05, top-k 50
+    with top-p 0.9 and min-p 0.05, and no filter, 15 rows each: thresholds and kept sums bit for bit
+    the same."""
+    generator = torch.Generator(device=DEVICE).manual_seed(3)
+    logits = torch.randn(60, 128256, generator=generator, device=DEVICE) * 3.0
+    group = torch.arange(60, device=DEVICE) % 4
+    temperature = torch.ones(60, device=DEVICE)
+    top_k = torch.where(group == 2, 50, 0).to(torch.int32)
+    top_p = torch.where(group < 3, 0.9, 1.0).to(torch.float32)
+    min_p = torch.where((group == 1) | (group == 2), 0.05, 0.0).to(torch.float32)
+    assert filters.segments_of(128256, default_block_v(128256)) == 42
+
+    def run(chunks: int) -> tuple[torch.Tensor, torch.Tensor]:
+        kept = torch.empty((2, 60), device=DEVICE)
+        t = filter_thresholds(logits, temperature, top_k, top_p, min_p, chunks=chunks, kept=kept)
+        return t, kept
+
+    thresholds, kept = run(1)
+    assert (kept[1] != filters.UNKNOWN_MASS.value).all(), kept[1]
+    for chunks in (3, 14, 42):
+        other_thresholds, other_kept = run(chunks)
+        assert torch.equal(other_thresholds, thresholds), chunks
+        assert torch.equal(other_kept, kept), chunks
