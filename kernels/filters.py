@@ -1030,7 +1030,7 @@ def filter_compact_kernel(logits_ptr, temperature_ptr, tile_max_ptr, row_stats_p
                           PDL: tl.constexpr):  # fmt: skip
     """Grid (R, C): each chunk's share of its row's last pass. Top-k rows: the tokens of ``[lo, hi)``
     counted (into ``chunk_count [R, C]``) and compacted into the chunk's region (``regions [R, C,
-    SHARE]``; `_pack` gathers them). Top-p rows: the second pass's masses added over the chunks
+    SHARE]``; `_pack` gathers them). Top-p rows: the second pass's masses added over the segments
     (`_segments_sum`: the same sums in every program), which narrow its interval ``(lo, hi]`` (chunk 0
     records it; a row whose first pass left few tokens keeps that pass's, ``STATE_SKIP``), then its
     tokens counted and compacted. Rows that filter by min-p alone: the chunk's smallest logit at or
