@@ -869,7 +869,7 @@ def test_the_kept_sets_and_sums_do_not_depend_on_the_chunks() -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(DEVICE != "cuda", reason="V = 128256 in a GPU's tiles")
+@pytest.mark.skipif(DEVICE != "cuda", reason="needs a CUDA GPU: a GPU's 42-segment rows")
 def test_a_gpu_rows_kept_set_and_sum_do_not_depend_on_the_chunks() -> None:
     """As above at a GPU's sizes: 60 rows of V = 128256 in its default tiles (42 segments), cut into 1,
     3, 14 (B = 64's) and 42 (B = 1's) chunks, with top-p 0.9 alone, top-p 0.9 with min-p 0.05, top-k 50
