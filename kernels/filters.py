@@ -435,11 +435,17 @@ def _first_placement(maxima_ptr, masses_ptr, num_tiles, vocab_size, top_p, kept_
 
 
 @triton.jit
-def _first_cuts(lo, state, WAYS: tl.constexpr):
-    """``[WAYS]`` top-p's first chunked pass's cuts over ``(lo, max]`` (`_cuts` by value), as
-    `_first_placement` placed them (its keys in the row's state)."""
-    floor = key_value(tl.load(state + STATE_FIRST_FLOOR).to(tl.int32))
-    return _cuts(lo, tl.load(state + STATE_FIRST_TOP), floor, True, WAYS)
+def _pass_cuts(cuts_ptr, row, second, WAYS: tl.constexpr):
+    """The ``[WAYS]`` pointers of a row's recorded cuts of top-p's first chunked pass (``second`` 0) or
+    its second (1), in ``cuts [R, 2, WAYS]``.
+
+    A pass's cuts are computed in one kernel and recorded there; every later kernel that reads the
+    pass's masses loads them rather than computing them again. Computed again in another kernel,
+    values spaced between two floats can round to a neighbouring key (the compiler fuses a multiply
+    and an add in one kernel and not in the other): a mass summed above one key is then read as the
+    mass above the next, and a pivot lands one float32 ulp off (H200: a max of 93.44644 at T =
+    0.001 got 93.446434)."""
+    return cuts_ptr + (row * 2 + second).to(tl.int64) * WAYS + tl.arange(0, WAYS)
 
 
 @triton.jit
@@ -660,10 +666,8 @@ STATE_TOP_P_LO = tl.constexpr(4)  # top-p's interval after its first pass
 STATE_TOP_P_HI = tl.constexpr(5)
 STATE_FINAL_LO = tl.constexpr(6)  # top-p's interval after its second pass
 STATE_FINAL_HI = tl.constexpr(7)
-STATE_FIRST_FLOOR = tl.constexpr(8)  # top-p's first pass: the key of its cuts' least value (`_first_cuts`)
-STATE_FIRST_TOP = tl.constexpr(9)  # and of the value its cuts are spaced up to
-STATE_SKIP = tl.constexpr(10)  # 1 where the first pass left few enough tokens that no second is made
-STATE_FIELDS = tl.constexpr(11)
+STATE_SKIP = tl.constexpr(8)  # 1 where the first pass left few enough tokens that no second is made
+STATE_FIELDS = tl.constexpr(9)
 STATS_TARGET = tl.constexpr(3)  # top-p's target: top_p times the kept mass
 STATS_MASS_HI = tl.constexpr(4)  # the mass above top-p's interval after its first pass
 STATS_FINAL_MASS_HI = tl.constexpr(5)  # after its second
@@ -770,15 +774,15 @@ def _narrow_on_tiles(keys, weights, need, lo, hi, PASSES: tl.constexpr):
 
 @triton.jit(do_not_specialize=["vocab_size", "num_segments", "num_tiles"])
 def filter_start_kernel(temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, segment_stats_ptr, tile_max_ptr,
-                        tile_mass_ptr, row_stats_ptr, row_state_ptr, vocab_size, num_segments, num_tiles,
-                        HAS_TOP_K: tl.constexpr, HAS_TOP_P: tl.constexpr, HAS_MIN_P: tl.constexpr,
+                        tile_mass_ptr, row_stats_ptr, row_state_ptr, cuts_ptr, vocab_size, num_segments,
+                        num_tiles, HAS_TOP_K: tl.constexpr, HAS_TOP_P: tl.constexpr, HAS_MIN_P: tl.constexpr,
                         TILES: tl.constexpr, WAYS: tl.constexpr, PDL: tl.constexpr):  # fmt: skip
     """Grid (R,): the row's max, sum and least logit (its segments', `SEGMENT_GROUP` at a time, in
     segment order), min-p's key, the row's mode and its second pass's interval: for top-k,
     ``[max(min-p's key, bound), max]``, the bound at or below the ``k``-th largest tile maximum
     (`_top_k_bound`: ``k`` tiles hold a token at or above it, so the ``k``-th value is at least it);
-    for top-p alone, the first pass's ``(min-p's key - 1, max]`` and where its cuts go
-    (`_first_placement`)."""
+    for top-p alone, the first pass's ``(min-p's key - 1, max]`` and its cuts (placed by
+    `_first_placement`, recorded in ``cuts [R, 2, WAYS]``: `_pass_cuts`)."""
     after_previous_launch(PDL)
     row = tl.program_id(0)
     temperature = tl.load(temperature_ptr + row)
@@ -839,8 +843,8 @@ def filter_start_kernel(temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, segmen
                 num_tiles, vocab_size, tl.load(top_p_ptr + row), kept_key, max_key, row_max, row_sum, least,
                 inv_temperature, TILES, WAYS,
             )  # fmt: skip
-            tl.store(state + STATE_FIRST_FLOOR, first_floor)
-            tl.store(state + STATE_FIRST_TOP, first_top)
+            cuts = _cuts(lo, first_top, key_value(first_floor.to(tl.int32)), True, WAYS)
+            tl.store(_pass_cuts(cuts_ptr, row, 0, WAYS), cuts)
     tl.store(state + STATE_MODE, mode)
     tl.store(state + STATE_KEPT, kept_key)
     tl.store(state + STATE_LO, lo)
@@ -903,19 +907,20 @@ def _few_left(masses, target, mass_hi, lo, row_max, inv_temperature, capacity):
 
 
 @triton.jit(do_not_specialize=["num_segments", "capacity"])
-def filter_mass_kernel(logits_ptr, temperature_ptr, top_p_ptr, row_stats_ptr, row_state_ptr, first_ptr,
-                       masses_ptr, logits_stride, vocab_size, num_segments, capacity, SECOND: tl.constexpr,
-                       WAYS: tl.constexpr, BLOCK_V: tl.constexpr, LINES: tl.constexpr,
+def filter_mass_kernel(logits_ptr, temperature_ptr, top_p_ptr, row_stats_ptr, row_state_ptr, cuts_ptr,
+                       first_ptr, masses_ptr, logits_stride, vocab_size, num_segments, capacity,
+                       SECOND: tl.constexpr, WAYS: tl.constexpr, BLOCK_V: tl.constexpr, LINES: tl.constexpr,
                        SEGMENTS: tl.constexpr, PDL: tl.constexpr):  # fmt: skip
     """Grid (R, C), rows of mode top-p: the masses above a top-p pass's ``WAYS`` cuts of each of the
     chunk's ``SEGMENTS`` segments (``LINES`` lines of ``BLOCK_V`` tokens each) into ``masses [R, S,
-    WAYS]``. The first pass (``SECOND`` false) cuts ``(min-p's key - 1, max]``: lane 0
-    its lower end, whose mass is the kept mass, the others values placed by `_first_placement`. The
-    second adds the first's masses (``first_ptr``) over the segments (`_segments_sum`), which narrow the
-    interval (chunk 0 records it, top-p's target and the mass above it), and cuts the narrowed
-    interval by values evenly spaced from `_top_p_floor` to its upper end; unless the narrowed
-    interval holds at most ``capacity`` tokens (`_few_left`), which the compaction then gathers
-    (``STATE_SKIP``), and its programs return at once."""
+    WAYS]``. The first pass (``SECOND`` false) cuts ``(min-p's key - 1, max]`` where the start kernel
+    recorded (`_pass_cuts`): lane 0 its lower end, whose mass is the kept mass, the others values
+    placed by `_first_placement`. The second adds the first's masses (``first_ptr``) over the segments
+    (`_segments_sum`), which narrow the interval (chunk 0 records it, top-p's target, the mass above
+    it and the second pass's cuts), and cuts the narrowed interval by values evenly spaced from
+    `_top_p_floor` to its upper end; unless the narrowed interval holds at most ``capacity`` tokens
+    (`_few_left`), which the compaction then gathers (``STATE_SKIP``), and its programs return at
+    once."""
     after_previous_launch(PDL)
     row = tl.program_id(0)
     chunk = tl.program_id(1)
@@ -928,13 +933,13 @@ def filter_mass_kernel(logits_ptr, temperature_ptr, top_p_ptr, row_stats_ptr, ro
         lo = tl.load(state + STATE_LO)
         hi = tl.load(state + STATE_HI)
         skip = False
+        cuts = tl.load(_pass_cuts(cuts_ptr, row, 0, WAYS))
         if SECOND:
             first = _segments_sum(first_ptr, row, num_segments, WAYS)
             # (The counts go unused: the compaction counts the tokens of the narrowed interval.)
             lo, hi, target, mass_hi, _, _ = _first_narrow_top_p(
-                _first_cuts(lo, state, WAYS), first, tl.zeros([WAYS], tl.int32), tl.load(top_p_ptr + row), lo,
-                hi, WAYS,
-            )  # fmt: skip
+                cuts, first, tl.zeros([WAYS], tl.int32), tl.load(top_p_ptr + row), lo, hi, WAYS
+            )
             skip = _few_left(first, target, mass_hi, lo, row_max, inv_temperature, capacity)
             if chunk == 0:
                 tl.store(state + STATE_TOP_P_LO, lo)
@@ -942,9 +947,10 @@ def filter_mass_kernel(logits_ptr, temperature_ptr, top_p_ptr, row_stats_ptr, ro
                 tl.store(state + STATE_SKIP, skip.to(tl.int64))
                 tl.store(row_stats_ptr + row * STATS_FIELDS + STATS_TARGET, target)
                 tl.store(row_stats_ptr + row * STATS_FIELDS + STATS_MASS_HI, mass_hi)
+            # Every chunk computes the same cuts (the same code on the same values).
             cuts = _cuts(lo, hi, floor, True, WAYS)
-        else:
-            cuts = _first_cuts(lo, state, WAYS)
+            if chunk == 0:
+                tl.store(_pass_cuts(cuts_ptr, row, 1, WAYS), cuts)
         if not skip:
             row_ptr = logits_ptr + row.to(tl.int64) * logits_stride
             for s in range(SEGMENTS):
@@ -1023,7 +1029,7 @@ def _pack(regions_ptr, counts_ptr, out_ptr, num_chunks, capacity, SHARE: tl.cons
 
 
 @triton.jit(do_not_specialize=["num_segments"])
-def filter_compact_kernel(logits_ptr, temperature_ptr, tile_max_ptr, row_stats_ptr, row_state_ptr, masses_ptr,
+def filter_compact_kernel(logits_ptr, tile_max_ptr, row_stats_ptr, row_state_ptr, cuts_ptr, masses_ptr,
                           regions_ptr, chunk_count_ptr, chunk_min_ptr, logits_stride, vocab_size,
                           num_segments, num_tiles, WAYS: tl.constexpr, BLOCK_V: tl.constexpr,
                           TILES: tl.constexpr, SHARE: tl.constexpr, TILE: tl.constexpr,
@@ -1031,7 +1037,8 @@ def filter_compact_kernel(logits_ptr, temperature_ptr, tile_max_ptr, row_stats_p
     """Grid (R, C): each chunk's share of its row's last pass. Top-k rows: the tokens of ``[lo, hi)``
     counted (into ``chunk_count [R, C]``) and compacted into the chunk's region (``regions [R, C,
     SHARE]``; `_pack` gathers them). Top-p rows: the second pass's masses added over the segments
-    (`_segments_sum`: the same sums in every program), which narrow its interval ``(lo, hi]`` (chunk 0
+    (`_segments_sum`: the same sums in every program), which, at the cuts the pass recorded
+    (`_pass_cuts`), narrow its interval ``(lo, hi]`` (chunk 0
     records it; a row whose first pass left few tokens keeps that pass's, ``STATE_SKIP``), then its
     tokens counted and compacted. Rows that filter by min-p alone: the chunk's smallest logit at or
     above min-p's key into ``chunk_min [R, C]``. Where top-k or top-p filters too, the select kernel
@@ -1051,15 +1058,13 @@ def filter_compact_kernel(logits_ptr, temperature_ptr, tile_max_ptr, row_stats_p
         compacting = mode == MODE_TOP_K
         if mode == MODE_TOP_P:
             stats = row_stats_ptr + row * STATS_FIELDS
-            row_max = tl.load(stats)
-            inv_temperature = inverse_temperature(tl.load(temperature_ptr + row))
             lo = tl.load(state + STATE_TOP_P_LO)
             hi = tl.load(state + STATE_TOP_P_HI)
             mass_hi = tl.load(stats + STATS_MASS_HI)
             if tl.load(state + STATE_SKIP) == 0:
-                cuts = _cuts(lo, hi, _top_p_floor(row_max, tl.load(stats + 2), inv_temperature), True, WAYS)
                 # The counts go unused: the compaction counts the interval's tokens.
                 none = tl.full([], 0, tl.int64)
+                cuts = tl.load(_pass_cuts(cuts_ptr, row, 1, WAYS))
                 lo, hi, mass_hi, _, _ = _narrow_top_p(
                     cuts, _segments_sum(masses_ptr, row, num_segments, WAYS), tl.zeros([WAYS], tl.int32),
                     tl.load(stats + STATS_TARGET), lo, hi, mass_hi, none, none,
@@ -1697,7 +1702,7 @@ def filter_thresholds(
 SPLIT_BUFFERS = frozenset({
     "logits_ptr", "temperature_ptr", "top_k_ptr", "top_p_ptr", "min_p_ptr", "threshold_ptr",
     "segment_stats_ptr", "tile_max_ptr", "tile_mass_ptr", "chunk_count_ptr", "row_stats_ptr", "row_state_ptr",
-    "first_ptr", "masses_ptr", "regions_ptr", "chunk_min_ptr", "candidates_ptr", "kept_ptr",
+    "cuts_ptr", "first_ptr", "masses_ptr", "regions_ptr", "chunk_min_ptr", "candidates_ptr", "kept_ptr",
 })  # fmt: skip
 
 
@@ -1746,6 +1751,7 @@ def _split_plan(
         "chunk_min_ptr": (torch.float32, (rows, num_chunks)),
         "masses_first": (torch.float32, masses_shape),
         "masses_second": (torch.float32, masses_shape),
+        "cuts_ptr": (torch.int64, (rows, 2, first_ways) if has_top_p else (0,)),
         "candidates_ptr": (torch.int32, (rows if searches else 0, block_capacity)),
         "regions_ptr": (torch.int32, (rows if searches else 0, num_chunks * share)),
         "chunk_count_ptr": (torch.int32, (rows, num_chunks)),

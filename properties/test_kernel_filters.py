@@ -308,12 +308,33 @@ def test_a_cold_rows_top_p_pivot_is_its_max(capacity: int | None) -> None:
     max's own logit as threshold, not a value just below it: the example the GPU profile of
     `test_thresholds_keep_the_specification_kept_set` found on an H200 (seed 250, V = 484, Gaussian
     logits at a scale of 30, a search by passes alone), where the kernel returned 93.446434 for a
-    max of 93.44644 (the kept set was right)."""
+    max of 93.44644 (the kept set was right): the compaction kernel computed top-p's second-pass
+    cuts again and one rounded to the key below the max (`_pass_cuts`)."""
     rng = np.random.default_rng(250)
     logits = np.stack([_row_logits(rng, "normal", 484, 30.0), _row_logits(rng, "normal", 484, 0.1)])
     rows = _rows(logits, [0.001, 0.0], top_p=[0.99999994, 1.0], min_p=[0.25, 0.0])
     t = _thresholds(rows, capacity=capacity)
     assert t[0] == np.float32(logits[0].max()), (t[0], logits[0].max())
+    _check(rows, t)
+
+
+@pytest.mark.parametrize("capacity", [0, None])
+def test_cold_rows_keep_their_max_alone_at_its_own_logit(capacity: int | None) -> None:
+    """Rows whose filters keep the max alone (T = 1e-3 and 1e-4 over Gaussian logits at a scale of
+    30, where the next token weighs ``exp(-1000)`` or less; min-p 0.25, top-p ``1 - 2**-24``) all get
+    the max as threshold: top-p's chunked passes space their last cuts a few ulps below the max,
+    where a cut recomputed in another kernel can round to the neighbouring key (`_pass_cuts`; on an
+    H200 the pinned row above got the value one ulp below its max before the cuts were recorded).
+    256 rows on a GPU, 16 under the interpreter."""
+    rows_count = 256 if DEVICE == "cuda" else 16
+    rng = np.random.default_rng(31)
+    logits = rng.normal(size=(rows_count, 484)) * 30.0
+    temperature = np.where(np.arange(rows_count) % 2 == 0, 1e-3, 1e-4)
+    rows = _rows(logits, temperature, top_p=0.99999994, min_p=0.25)
+    t = _thresholds(rows, capacity=capacity)
+    maxima = logits.astype(np.float32).max(axis=1)
+    wrong = np.nonzero(t != maxima)[0]
+    assert wrong.size == 0, [(int(r), float(t[r]), float(maxima[r])) for r in wrong[:8]]
     _check(rows, t)
 
 
