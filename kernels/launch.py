@@ -17,7 +17,7 @@ import os
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import triton
@@ -197,27 +197,48 @@ def launch_cached(
         kernel.run(*launch.grid, stream, kernel.function, kernel.packed_metadata, None, None, None, *args)
 
 
-class PlanCache(OrderedDict[Hashable, tuple[Any, list[CachedLaunch]]]):
+Value = TypeVar("Value")
+
+
+class Recent(OrderedDict[Hashable, Value]):
+    """The most recently used entries, oldest first: past ``budget`` in all (each entry weighs
+    ``weigh(value)``, 1 by default), the least recently used go."""
+
+    def __init__(self, budget: int, weigh: Callable[[Value], int] | None = None) -> None:
+        super().__init__()
+        self.budget = budget
+        self.weigh = weigh
+
+    def get(self, key: Hashable) -> Value | None:  # type: ignore[override]
+        """The value under ``key``, now the most recently used; None if absent."""
+        value = super().get(key)
+        if value is not None:
+            self.move_to_end(key)
+        return value
+
+    def keep(self, key: Hashable, value: Value) -> None:
+        """Keep ``value`` under ``key`` as the most recently used, then drop the least recently used
+        while the entries weigh more than the budget."""
+        self[key] = value
+        self.move_to_end(key)
+        while self and self.weight() > self.budget:
+            self.popitem(last=False)
+
+    def weight(self) -> int:
+        """What the entries weigh in all."""
+        return len(self) if self.weigh is None else sum(self.weigh(value) for value in self.values())
+
+
+class PlanCache(Recent[tuple[Any, list[CachedLaunch]]]):
     """A launcher's plans and their compiled launches by batch structure; the least recently used
     goes when there are more than ``size``."""
 
     def __init__(self, size: int) -> None:
-        super().__init__()
-        self.size = size
-
-    def get(self, key: Hashable) -> tuple[Any, list[CachedLaunch]] | None:  # type: ignore[override]
-        """The plan and compiled launches under ``key``, now the most recently used; None if absent."""
-        entry = super().get(key)
-        if entry is not None:
-            self.move_to_end(key)
-        return entry
+        super().__init__(size)
 
     def put(self, key: Hashable, plan: Any, compiled: list[CachedLaunch]) -> None:
         """Keep ``plan`` and its compiled launches (empty where launches go through the dispatch)."""
-        self[key] = (plan, compiled)
-        self.move_to_end(key)
-        if len(self) > self.size:
-            self.popitem(last=False)
+        self.keep(key, (plan, compiled))
 
 
 def run_cached(

@@ -53,7 +53,6 @@ import contextlib
 import dataclasses
 import functools
 import os
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -625,8 +624,7 @@ def batch_structure(batch: object) -> tuple[Any, ...] | None:
 # The structures (`batch_structure`) that passed `validate_batch` without a value check, the last
 # 1024 seen: a call whose values are not checked validates a structure once. The checks it skips are
 # a function of the structure, so a batch of a structure seen here passes them too.
-_validated: OrderedDict[tuple[Any, ...], None] = OrderedDict()
-VALIDATED_STRUCTURES = 1024
+_validated: launch.Recent[bool] = launch.Recent(1024)
 
 
 def _reads_values(structure: tuple[Any, ...] | None, check_values: bool | None) -> bool:
@@ -643,14 +641,11 @@ def _validate(batch: object, structure: tuple[Any, ...] | None, check_values: bo
     """`validate_batch` (``check_values`` as it takes it), except for a structure that passed it before
     where no value is read."""
     reads_values = _reads_values(structure, check_values)
-    if structure is not None and not reads_values and structure in _validated:
-        _validated.move_to_end(structure)
+    if structure is not None and not reads_values and _validated.get(structure):
         return
     validate_batch(batch, check_values=check_values)
     if structure is not None and not reads_values:
-        _validated[structure] = None
-        if len(_validated) > VALIDATED_STRUCTURES:
-            _validated.popitem(last=False)
+        _validated.keep(structure, True)
 
 
 def _plan_key(
@@ -674,28 +669,23 @@ def _plan_key(
 # and stream, rather than allocating one and zeroing its zeroed records (a fill launch and about 10
 # us of host time): a call's last launch leaves those records zero again
 # (`rejection_kernels._clear_zeroed`), and the calls on one stream run one after another. At most
-# RESIDENT_WORKSPACE_BYTES are kept, the least recently used given back first (to PyTorch's
-# allocator, which reuses the memory only on the stream it was allocated on, in stream order). A
-# call captured in a CUDA graph allocates its own, zeroed within the graph: a graph may outlive a
-# kept workspace, and be replayed on any stream.
-RESIDENT_WORKSPACE_BYTES = 64 * 2**20
-_resident: OrderedDict[tuple[Any, ...], torch.Tensor] = OrderedDict()
+# 64 MiB are kept, the least recently used given back first (to PyTorch's allocator, which reuses
+# the memory only on the stream it was allocated on, in stream order). A call captured in a CUDA
+# graph allocates its own, zeroed within the graph: a graph may outlive a kept workspace, and be
+# replayed on any stream.
+_resident: launch.Recent[torch.Tensor] = launch.Recent(64 * 2**20, weigh=lambda work: 4 * work.numel())
 
 
 def _resident_workspace(plan: Plan, key: tuple[Any, ...], stream: int, device: torch.device) -> torch.Tensor:
     """The workspace kept for plan key ``key`` on ``stream`` (made zeroed the first time), or a fresh
     one (`_workspace`) while the stream is captured or where it would not fit in the budget."""
-    if torch.cuda.is_current_stream_capturing() or 4 * plan.work_words > RESIDENT_WORKSPACE_BYTES:
+    if torch.cuda.is_current_stream_capturing() or 4 * plan.work_words > _resident.budget:
         return _workspace(plan, device)
     held = (key, stream)
     work = _resident.get(held)
-    if work is not None:
-        _resident.move_to_end(held)
-        return work
-    work = torch.zeros(plan.work_words, dtype=torch.int32, device=device)
-    _resident[held] = work
-    while sum(kept.numel() for kept in _resident.values()) * 4 > RESIDENT_WORKSPACE_BYTES:
-        _resident.popitem(last=False)
+    if work is None:
+        work = torch.zeros(plan.work_words, dtype=torch.int32, device=device)
+        _resident.keep(held, work)
     return work
 
 

@@ -288,14 +288,32 @@ def test_no_launch_rounds_by_the_batch_size(method: str) -> None:
         assert arithmetic(num_requests) == single, num_requests
 
 
+def test_recent_entries_drop_the_least_recently_used_past_their_budget() -> None:
+    """`launch.Recent`, under the plan caches, the validated structures and the kept workspaces:
+    counted (each entry 1) or weighed, a use makes an entry the most recently used, and entries go
+    oldest first while they weigh more than the budget."""
+    counted: launch.Recent[str] = launch.Recent(2)
+    for key in "abc":
+        counted.keep(key, key.upper())
+    assert list(counted) == ["b", "c"] and counted.get("a") is None
+    assert counted.get("b") == "B"
+    counted.keep("d", "D")
+    assert list(counted) == ["b", "d"]
+    weighed: launch.Recent[str] = launch.Recent(5, weigh=len)
+    weighed.keep("x", "xxx")
+    weighed.keep("y", "yy")
+    assert list(weighed) == ["x", "y"] and weighed.weight() == 5
+    weighed.keep("z", "z")
+    assert list(weighed) == ["y", "z"] and weighed.weight() == 3
+
+
 def test_kept_workspaces_follow_plan_and_stream_within_their_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     """A kept workspace is made zeroed, once per plan key and stream; the least recently used go past
     the byte budget; a plan whose workspace exceeds the budget, or a call being captured, gets a fresh
     one each time."""
     plan = rejection.make_plan(_batch())
     size = 4 * plan.work_words
-    monkeypatch.setattr(rejection, "_resident", type(rejection._resident)())
-    monkeypatch.setattr(rejection, "RESIDENT_WORKSPACE_BYTES", 2 * size)
+    monkeypatch.setattr(rejection, "_resident", launch.Recent(2 * size, rejection._resident.weigh))
     capturing = [False]
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
     device = torch.device("cpu")
@@ -310,7 +328,7 @@ def test_kept_workspaces_follow_plan_and_stream_within_their_budget(monkeypatch:
     capturing[0] = True
     assert rejection._resident_workspace(plan, ("b",), 7, device) is not rejection._resident[(("b",), 7)]
     capturing[0] = False
-    monkeypatch.setattr(rejection, "RESIDENT_WORKSPACE_BYTES", size - 4)
+    monkeypatch.setattr(rejection._resident, "budget", size - 4)
     held = dict(rejection._resident)
     assert rejection._resident_workspace(plan, ("c",), 7, device) is not None
     assert dict(rejection._resident) == held
