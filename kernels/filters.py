@@ -680,21 +680,22 @@ def filter_stats_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, segme
                         BLOCK_V: tl.constexpr, TILE: tl.constexpr, SEGMENT_TILES: tl.constexpr,
                         SEGMENTS: tl.constexpr, MASSES: tl.constexpr, HAS_TOP_K: tl.constexpr,
                         PDL: tl.constexpr):  # fmt: skip
-    """Grid (R, C): each segment's ``(max, sum of exp((z - max) / T), least logit)`` into ``segment_stats
-    [R, S, 3]``; the max of every ``TILE`` tokens into ``tile_max [R, num_tiles]`` and, with ``MASSES``
-    (calls that filter by top-p) in rows whose top-p is on and top-k off, their ``sum of exp((z -
-    tile max) / T)`` into ``tile_mass [R, num_tiles]`` (which place top-p's first cuts,
-    `_first_placement`); the chunk's compaction counter (``chunk_count [R, C]``, `_compact_chunk`'s)
-    set to 0. A chunk is ``SEGMENTS`` segments of ``SEGMENT_TILES`` tiles of ``BLOCK_V`` tokens (loops
-    of known length), each tile loaded as ``[BLOCK_V / TILE, TILE]`` lines.
+    """Grid (R, C): each segment's ``(max, sum of exp((z - max) / T), least logit)`` per line slot into
+    ``segment_stats [R, S, 3, BLOCK_V / TILE]``; the max of every ``TILE`` tokens into ``tile_max [R,
+    num_tiles]`` and, with ``MASSES`` (calls that filter by top-p) in rows whose top-p is on and top-k
+    off, their ``sum of exp((z - tile max) / T)`` into ``tile_mass [R, num_tiles]`` (which place
+    top-p's first cuts, `_first_placement`); the chunk's compaction counter (``chunk_count [R, C]``,
+    `_compact_chunk`'s) set to 0. A chunk is ``SEGMENTS`` segments of ``SEGMENT_TILES`` tiles of
+    ``BLOCK_V`` tokens (loops of known length), each tile loaded as ``[BLOCK_V / TILE, TILE]`` lines.
 
     Each line's max and mass (its terms taken from its own max: one exponential a token) are reduced
     within the line only, and added into one running ``(max, sum, least)`` per line slot, the sum
-    rescaled as that slot's max grows; the slots are reduced to the segment's once, after its tiles,
-    so no tile's step reduces across the program's warps (H200, B = 64, n = 4, V = 128256, fp32: 61.3
-    us against 73.0 for one running sum over the whole tile a step). A segment's sum is made the same
-    way whatever chunk reads it, so the row's sum (`filter_start_kernel` adds the segments' in their
-    order) does not depend on how many chunks the batch's size cuts the row into."""
+    rescaled as that slot's max grows; each segment's slots are recorded as they are, and
+    `filter_start_kernel` reduces them, so nothing here reduces across the program's warps (H200, B =
+    64, n = 4, V = 128256, fp32, three filters: 61.3 us against 73.0 for one running sum over the
+    whole tile a step; 80.8 where each segment's slots were reduced here). A segment's slots are made
+    the same way whatever chunk reads it, so the row's sum (`filter_start_kernel` adds them in
+    segment order) does not depend on how many chunks the batch's size cuts the row into."""
     after_previous_launch(PDL)
     row = tl.program_id(0)
     chunk = tl.program_id(1)
@@ -708,15 +709,16 @@ def filter_stats_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, segme
         if HAS_TOP_K:
             k = tl.load(top_k_ptr + row)
             masses_wanted = masses_wanted & ((k <= 0) | (k >= vocab_size))
-    lines = tl.arange(0, BLOCK_V // TILE)
+    LINES: tl.constexpr = BLOCK_V // TILE
+    lines = tl.arange(0, LINES)
     lanes = tl.arange(0, TILE)
     tl.store(chunk_count_ptr + row * tl.num_programs(1) + chunk, 0)
     for s in range(SEGMENTS):
         segment = chunk * SEGMENTS + s
         if segment < num_segments:
-            slot_max = tl.full([BLOCK_V // TILE], NEG_INF, tl.float32)
-            slot_sum = tl.full([BLOCK_V // TILE], 0.0, tl.float32)
-            slot_least = tl.full([BLOCK_V // TILE], POS_INF, tl.float32)
+            slot_max = tl.full([LINES], NEG_INF, tl.float32)
+            slot_sum = tl.full([LINES], 0.0, tl.float32)
+            slot_least = tl.full([LINES], POS_INF, tl.float32)
             for t in range(SEGMENT_TILES):
                 tile_start = (segment * SEGMENT_TILES + t) * BLOCK_V
                 tokens = tile_start + lines[:, None] * TILE + lanes[None, :]
@@ -733,12 +735,10 @@ def filter_stats_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, segme
                 slot_sum = rescaled + masses * rescale_factor(maxima, new_max, inv_temperature)
                 slot_max = new_max
                 slot_least = tl.minimum(slot_least, tl.min(tl.where(in_vocab, x, POS_INF), axis=1))
-            segment_max = tl.max(slot_max, axis=0)
-            segment_sum = tl.sum(slot_sum * rescale_factor(slot_max, segment_max, inv_temperature), axis=0)
-            out = segment_stats_ptr + (row * num_segments + segment).to(tl.int64) * 3
-            tl.store(out, segment_max)
-            tl.store(out + 1, segment_sum)
-            tl.store(out + 2, tl.min(slot_least, axis=0))
+            out = segment_stats_ptr + (row * num_segments + segment).to(tl.int64) * (3 * LINES) + lines
+            tl.store(out, slot_max)
+            tl.store(out + LINES, slot_sum)
+            tl.store(out + 2 * LINES, slot_least)
 
 
 @triton.jit
@@ -776,13 +776,14 @@ def _narrow_on_tiles(keys, weights, need, lo, hi, PASSES: tl.constexpr):
 def filter_start_kernel(temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, segment_stats_ptr, tile_max_ptr,
                         tile_mass_ptr, row_stats_ptr, row_state_ptr, cuts_ptr, vocab_size, num_segments,
                         num_tiles, HAS_TOP_K: tl.constexpr, HAS_TOP_P: tl.constexpr, HAS_MIN_P: tl.constexpr,
-                        TILES: tl.constexpr, WAYS: tl.constexpr, PDL: tl.constexpr):  # fmt: skip
-    """Grid (R,): the row's max, sum and least logit (its segments', `SEGMENT_GROUP` at a time, in
-    segment order), min-p's key, the row's mode and its second pass's interval: for top-k,
-    ``[max(min-p's key, bound), max]``, the bound at or below the ``k``-th largest tile maximum
-    (`_top_k_bound`: ``k`` tiles hold a token at or above it, so the ``k``-th value is at least it);
-    for top-p alone, the first pass's ``(min-p's key - 1, max]`` and its cuts (placed by
-    `_first_placement`, recorded in ``cuts [R, 2, WAYS]``: `_pass_cuts`)."""
+                        TILES: tl.constexpr, LINES: tl.constexpr, WAYS: tl.constexpr,
+                        PDL: tl.constexpr):  # fmt: skip
+    """Grid (R,): the row's max, sum and least logit (its segments' ``LINES`` line slots each,
+    `SEGMENT_GROUP` segments at a time, in segment order), min-p's key, the row's mode and its second
+    pass's interval: for top-k, ``[max(min-p's key, bound), max]``, the bound at or below the
+    ``k``-th largest tile maximum (`_top_k_bound`: ``k`` tiles hold a token at or above it, so the
+    ``k``-th value is at least it); for top-p alone, the first pass's ``(min-p's key - 1, max]`` and
+    its cuts (placed by `_first_placement`, recorded in ``cuts [R, 2, WAYS]``: `_pass_cuts`)."""
     after_previous_launch(PDL)
     row = tl.program_id(0)
     temperature = tl.load(temperature_ptr + row)
@@ -790,20 +791,23 @@ def filter_start_kernel(temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, segmen
     row_max = tl.full([], NEG_INF, tl.float32)
     row_sum = tl.full([], 0.0, tl.float32)
     least = tl.full([], POS_INF, tl.float32)
-    stats = segment_stats_ptr + (row * num_segments).to(tl.int64) * 3
+    stats = segment_stats_ptr + (row * num_segments).to(tl.int64) * (3 * LINES)
     segments = tl.arange(0, SEGMENT_GROUP)
+    slots = tl.arange(0, LINES)
     c = 0
     while c < num_segments:
-        inside = c + segments < num_segments
-        at = stats + (c + segments) * 3
-        segment_max = tl.load(at, mask=inside, other=NEG_INF)
-        new_max = tl.maximum(row_max, tl.max(segment_max, axis=0))
-        segment_sum = tl.load(at + 1, mask=inside, other=0.0) * rescale_factor(
-            segment_max, new_max, inv_temperature
+        inside = (c + segments < num_segments)[:, None]
+        at = stats + (c + segments)[:, None] * (3 * LINES) + slots[None, :]
+        slot_max = tl.load(at, mask=inside, other=NEG_INF)
+        new_max = tl.maximum(row_max, tl.max(tl.max(slot_max, axis=1), axis=0))
+        slot_sum = tl.load(at + LINES, mask=inside, other=0.0) * rescale_factor(
+            slot_max, new_max, inv_temperature
         )
-        row_sum = row_sum * rescale_factor(row_max, new_max, inv_temperature) + tl.sum(segment_sum, axis=0)
+        group_sum = tl.sum(tl.sum(slot_sum, axis=1), axis=0)
+        row_sum = row_sum * rescale_factor(row_max, new_max, inv_temperature) + group_sum
         row_max = new_max
-        least = tl.minimum(least, tl.min(tl.load(at + 2, mask=inside, other=POS_INF), axis=0))
+        slot_least = tl.load(at + 2 * LINES, mask=inside, other=POS_INF)
+        least = tl.minimum(least, tl.min(tl.min(slot_least, axis=1), axis=0))
         c += SEGMENT_GROUP
     out = row_stats_ptr + row * STATS_FIELDS
     tl.store(out, row_max)
@@ -1743,7 +1747,7 @@ def _split_plan(
     share = min(block_capacity, max(MIN_SHARE, int(triton.next_power_of_2(-(-block_capacity // num_chunks)))))
     group = max(1, min(int(triton.next_power_of_2(num_chunks)), PACK_TILE // share))
     layout, nbytes = _layout({
-        "segment_stats_ptr": (torch.float32, (rows, num_segments, 3)),
+        "segment_stats_ptr": (torch.float32, (rows, num_segments, 3, block_v // tile)),
         "tile_max_ptr": (torch.float32, (rows, num_tiles)),
         "tile_mass_ptr": (torch.float32, (rows, num_tiles)),
         "row_stats_ptr": (torch.float32, (rows, STATS_FIELDS.value)),
@@ -1788,7 +1792,7 @@ def _split_plan(
            SEGMENTS=segments_per_chunk, MASSES=has_top_p, HAS_TOP_K=has_top_k),
         of(filter_start_kernel, per_row, dependent, num_segments=num_segments, num_tiles=num_tiles,
            HAS_TOP_K=has_top_k, HAS_TOP_P=has_top_p, HAS_MIN_P=has_min_p,
-           TILES=int(triton.next_power_of_2(num_tiles)), WAYS=first_ways),
+           TILES=int(triton.next_power_of_2(num_tiles)), LINES=block_v // tile, WAYS=first_ways),
     ]  # fmt: skip
     if has_top_p:
         for second in (False, True):
