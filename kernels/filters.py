@@ -39,8 +39,9 @@ no sum, and no kept set or kept sum, depends on the batch a row rides in.
    (the first pass's) lie below the interval (and min-p's key, in those rows) is not read. Where
    top-k also filters and min-p binds, the select kernel takes that logit from its candidates.
 5. ``filter_select_kernel`` (each row): the chunks' candidates gathered (`_pack`); where they fit,
-   they are sorted (`_sorted`) and the pivots read off: the ``k``-th largest, then top-p's over the
-   renormalised kept mass by a cumulative sum largest first (`_top_p_sorted`, `_top_p_finish`).
+   they are sorted (`_sort_in_place`) and the pivots read off: the ``k``-th largest, then top-p's
+   over the renormalised kept mass by a cumulative sum largest first (`_kept_of_candidates`,
+   `_pivot_of_sorted`), in a tile as wide as the sort's, which follows their count.
    Where they do not, the program narrows the interval itself, ``WAYS`` cuts a pass (`_cuts`: by
    value first, then by key, each pass ``WAYS``-fold), until its tokens fit or it is one key wide;
    `exact_passes` passes find the exact pivot without any sort. ``t`` is the smallest kept logit:
@@ -161,8 +162,10 @@ SEGMENT_GROUP = tl.constexpr(64)
 # 64 236 (218 in another lease). Chunks of 1 / 2 / 3 tiles at every batch size instead: B = 1 53.1 /
 # 54.8 / 56.7 us, B = 64 334 / 266 / 245.
 SEGMENT_TILES = 3
-# Candidates up to this many are sorted in a tile this wide, up to the second in one that wide
-# (`_sorted`).
+# Candidates up to this many are sorted in a tile this wide, up to the second in one that wide, and
+# their sums are made in that width (`_sort_in_place`). H200, the select kernel at B = 1 (n = 4, V =
+# 128256, top-k 50, top-p 0.9, min-p 0.05): 15.9 us where the sums after the sort took the
+# capacity's 4,096 lanes, 8.7 us in the sort's width (top-p 0.9 alone: 21.0 and 16.6).
 SMALL_SORT = tl.constexpr(256)
 MID_SORT = tl.constexpr(1024)
 # A row's tile maxima: at most MAX_TILES of them, each over at least MIN_TILE tokens (`maxima_tile`).
@@ -320,31 +323,32 @@ def _sort_head(out_ptr, n, WIDTH: tl.constexpr):
 
 
 @triton.jit
-def _sorted(out_ptr, n, CAPACITY: tl.constexpr):
-    """``[CAPACITY]`` the ``n <= CAPACITY`` keys `_compact` wrote, largest first, then `NO_KEY`.
-
-    A sort costs its tile's width whatever ``n``: up to `SMALL_SORT` keys are sorted in a tile of that
-    width, up to `MID_SORT` in one of that width, each stored back sorted and then read as the full
-    tile; more in the full tile (H200: about 60 us a program for 4,096 keys)."""
+def _sort_in_place(out_ptr, n, CAPACITY: tl.constexpr):
+    """The ``n <= CAPACITY`` keys `_compact` wrote, sorted in place, largest first, in the narrowest
+    tile that holds them (`SMALL_SORT`, `MID_SORT` or ``CAPACITY`` wide; `NO_KEY` past ``n`` within
+    it). A sort costs its tile's width whatever ``n`` (H200: about 60 us a program for 4,096 keys)."""
     # The keys were stored by other threads of this program.
     tl.debug_barrier()
-    lanes = tl.arange(0, CAPACITY)
     if CAPACITY > SMALL_SORT:
         if n <= SMALL_SORT:
             _sort_head(out_ptr, n, SMALL_SORT)
-            keys = tl.load(out_ptr + lanes, mask=lanes < n, other=NO_KEY)
         else:
             if CAPACITY > MID_SORT:
                 if n <= MID_SORT:
                     _sort_head(out_ptr, n, MID_SORT)
-                    keys = tl.load(out_ptr + lanes, mask=lanes < n, other=NO_KEY)
                 else:
-                    keys = tl.sort(tl.load(out_ptr + lanes, mask=lanes < n, other=NO_KEY), descending=True)
+                    _sort_head(out_ptr, n, CAPACITY)
             else:
-                keys = tl.sort(tl.load(out_ptr + lanes, mask=lanes < n, other=NO_KEY), descending=True)
+                _sort_head(out_ptr, n, CAPACITY)
     else:
-        keys = tl.sort(tl.load(out_ptr + lanes, mask=lanes < n, other=NO_KEY), descending=True)
-    return keys
+        _sort_head(out_ptr, n, CAPACITY)
+
+
+@triton.jit
+def _sorted_keys(out_ptr, n, WIDTH: tl.constexpr):
+    """``[WIDTH]`` the first ``n <= WIDTH`` sorted keys at ``out_ptr`` (`_sort_in_place`), then `NO_KEY`."""
+    lanes = tl.arange(0, WIDTH)
+    return tl.load(out_ptr + lanes, mask=lanes < n, other=NO_KEY)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -470,7 +474,8 @@ def _top_k_finish(row_ptr, cand_ptr, vocab_size, k, lo, hi, n, packed, capacity,
     """Top-k once the ``n`` tokens of ``[lo, hi)`` were counted, and compacted where ``packed`` (``hi``
     above the max; at least ``k`` tokens at or above ``lo`` unless ``lo`` is the kept set's
     least key): ``(the k-th largest key, whether at least k tokens are kept (else top-k keeps them
-    all), the candidates sorted (`NO_KEY` past them), whether they are every token at or above lo)``.
+    all), how many candidates lie sorted at cand_ptr (`_sort_in_place`), whether they are every token
+    at or above lo)``.
 
     Where the tokens are at most ``capacity``, the ``k``-th value is read off their sort. Otherwise
     ``WAYS``-way passes (`_cuts`, `_counts_from`) narrow the interval, keeping at least ``k`` tokens at
@@ -495,14 +500,13 @@ def _top_k_finish(row_ptr, cand_ptr, vocab_size, k, lo, hi, n, packed, capacity,
         _compact(row_ptr, cand_ptr, vocab_size, lo.to(tl.int32), hi.to(tl.int32), capacity, SCAN)
     compacted = (n <= capacity) & ((i == 0) | (hi - lo > 1))
     kth = lo
-    cand = tl.full([CAPACITY], NO_KEY, tl.int32)
     if compacted:
-        cand = _sorted(cand_ptr, n, CAPACITY)
-        lanes = tl.arange(0, CAPACITY).to(tl.int64)
-        kth_key = tl.max(tl.where(lanes == k - above - 1, cand, NO_KEY), axis=0).to(tl.int64)
+        _sort_in_place(cand_ptr, n, CAPACITY)
+        at = k - above - 1
+        kth_key = tl.load(cand_ptr + at, mask=(at >= 0) & (at < n), other=NO_KEY).to(tl.int64)
         kth = tl.where(filters, kth_key, lo)
     whole = compacted & (above == 0)
-    return kth, filters, cand, whole
+    return kth, filters, n, whole
 
 
 @triton.jit
@@ -604,12 +608,45 @@ def _top_p_finish(row_ptr, cand_ptr, vocab_size, target, lo, hi, mass_hi, at_lo,
                 cand_ptr, n, target, lo, hi, mass_hi, row_max, inv_temperature, passes, WAYS
             )
             pivot = hi
-        keys = _sorted(cand_ptr, n, CAPACITY)
-        valid = tl.arange(0, CAPACITY).to(tl.int64) < n
-        weights = weight(key_value(keys), valid, row_max, inv_temperature)
-        before = mass_hi + (tl.cumsum(weights, axis=0) - weights)
-        pivot = tl.min(tl.where(valid & (before < target), keys.to(tl.int64), hi), axis=0)
-        kept_mass = mass_hi + tl.sum(tl.where(keys.to(tl.int64) >= pivot, weights, 0.0), axis=0)
+        _sort_in_place(cand_ptr, n, CAPACITY)
+        # The sums take the sort's tile width, which follows n alone.
+        if CAPACITY > SMALL_SORT:
+            if n <= SMALL_SORT:
+                pivot, kept_mass = _pivot_of_sorted(
+                    cand_ptr, n, target, hi, mass_hi, row_max, inv_temperature, SMALL_SORT
+                )  # fmt: skip
+            else:
+                if CAPACITY > MID_SORT:
+                    if n <= MID_SORT:
+                        pivot, kept_mass = _pivot_of_sorted(
+                            cand_ptr, n, target, hi, mass_hi, row_max, inv_temperature, MID_SORT
+                        )  # fmt: skip
+                    else:
+                        pivot, kept_mass = _pivot_of_sorted(
+                            cand_ptr, n, target, hi, mass_hi, row_max, inv_temperature, CAPACITY
+                        )  # fmt: skip
+                else:
+                    pivot, kept_mass = _pivot_of_sorted(
+                        cand_ptr, n, target, hi, mass_hi, row_max, inv_temperature, CAPACITY
+                    )  # fmt: skip
+        else:
+            pivot, kept_mass = _pivot_of_sorted(
+                cand_ptr, n, target, hi, mass_hi, row_max, inv_temperature, CAPACITY
+            )  # fmt: skip
+    return pivot, kept_mass
+
+
+@triton.jit
+def _pivot_of_sorted(cand_ptr, n, target, hi, mass_hi, row_max, inv_temperature, WIDTH: tl.constexpr):
+    """Top-p's pivot among the ``n <= WIDTH`` keys sorted at ``cand_ptr`` (every token of its interval
+    ``(lo, hi]``; ``mass_hi`` above it): the least key whose mass above, summed largest first from
+    ``mass_hi``, is below ``target`` (``hi`` where none is). Returns ``(pivot, kept mass)``."""
+    keys = _sorted_keys(cand_ptr, n, WIDTH)
+    valid = tl.arange(0, WIDTH).to(tl.int64) < n
+    weights = weight(key_value(keys), valid, row_max, inv_temperature)
+    before = mass_hi + (tl.cumsum(weights, axis=0) - weights)
+    pivot = tl.min(tl.where(valid & (before < target), keys.to(tl.int64), hi), axis=0)
+    kept_mass = mass_hi + tl.sum(tl.where(keys.to(tl.int64) >= pivot, weights, 0.0), axis=0)
     return pivot, kept_mass
 
 
@@ -633,6 +670,25 @@ def _mass_from(cand, kept_key, row_max, inv_temperature):
     """The sum of ``exp((z - max) / T)`` over the candidate keys ``cand`` at or above ``kept_key``."""
     kept = cand.to(tl.int64) >= kept_key
     return tl.sum(weight(key_value(cand), kept, row_max, inv_temperature), axis=0)
+
+
+@triton.jit
+def _kept_of_candidates(cand_ptr, n, kept_key, at_pivot, top_p, max_key, row_max, inv_temperature,
+                        WIDTH: tl.constexpr):  # fmt: skip
+    """Where top-k's ``n <= WIDTH`` candidates sorted at ``cand_ptr`` are every token at or above
+    ``kept_key`` (top-k's pivot, else min-p's key): top-p's pivot among them (``top_p < 1``), their
+    kept mass, and, where nothing has pinned a pivot yet (``at_pivot`` 0: min-p binds), the least of
+    them at or above min-p's key. Returns ``(kept_key, kept mass, at_pivot)``."""
+    cand = _sorted_keys(cand_ptr, n, WIDTH)
+    if top_p < 1.0:
+        kept_key = _top_p_sorted(cand, kept_key, top_p, max_key, row_max, inv_temperature)
+        at_pivot = tl.full([], 1, tl.int32)
+    kept_mass = _mass_from(cand, kept_key, row_max, inv_temperature)
+    if (at_pivot == 0) & (kept_key > NEG_INF_KEY):
+        in_set = cand.to(tl.int64) >= kept_key
+        kept_key = tl.min(tl.where(in_set, cand, ABOVE_EVERY_KEY), axis=0).to(tl.int64)
+        at_pivot = tl.full([], 1, tl.int32)
+    return kept_key, kept_mass, at_pivot
 
 
 @triton.jit
@@ -1149,7 +1205,7 @@ def filter_select_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, row_
     if HAS_TOP_K:  # noqa: SIM102 (a constexpr condition, then a runtime one)
         if mode == MODE_TOP_K:
             k = tl.load(top_k_ptr + row).to(tl.int64)
-            kth, filters, cand, whole = _top_k_finish(
+            kth, filters, n, whole = _top_k_finish(
                 row_ptr, cand_ptr, vocab_size, k, lo, hi, n, packed, capacity, passes, BLOCK_V, SCAN, WAYS,
                 CAPACITY,
             )  # fmt: skip
@@ -1158,28 +1214,49 @@ def filter_select_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, row_
             by_k = filters & (kth_log_p >= LOG_ZERO)
             kept_key = tl.where(by_k, kth, kept_key)
             at_pivot = by_k.to(tl.int32)
-            if HAS_TOP_P:  # noqa: SIM102
-                if tl.load(top_p_ptr + row) < 1.0:
-                    if whole & (lo <= kept_key):
-                        top_p = tl.load(top_p_ptr + row)
-                        kept_key = _top_p_sorted(cand, kept_key, top_p, max_key, row_max, inv_temperature)
-                        at_pivot = tl.full([], 1, tl.int32)
-                    else:
-                        # Top-k's candidates are not every kept token.
-                        search = tl.full([], 1, tl.int32)
+            top_p = tl.full([], 1.0, tl.float32)
+            if HAS_TOP_P:
+                top_p = tl.load(top_p_ptr + row)
             if whole & (lo <= kept_key):
-                # Every kept token is a candidate (where top-p searches, it finds the mass itself).
-                kept_mass = _mass_from(cand, kept_key, row_max, inv_temperature)
-            if (at_pivot == 0) & (search == 0) & (kept_key > NEG_INF_KEY):
-                # Min-p binds: top-k keeps every token min-p keeps. t is the smallest of them, found
-                # among the candidates where they are every token at or above min-p's key (they are
-                # where fewer than k tokens are, since lo is then min-p's key), else by a pass here.
-                if whole & (lo <= kept_key):
-                    in_set = cand.to(tl.int64) >= kept_key
-                    kept_key = tl.min(tl.where(in_set, cand, ABOVE_EVERY_KEY), axis=0).to(tl.int64)
+                # Every kept token is a candidate: top-p's pivot, the kept mass and min-p's least kept
+                # logit are read off them, in the sort's tile width, which follows n alone.
+                if CAPACITY > SMALL_SORT:
+                    if n <= SMALL_SORT:
+                        kept_key, kept_mass, at_pivot = _kept_of_candidates(
+                            cand_ptr, n, kept_key, at_pivot, top_p, max_key, row_max, inv_temperature,
+                            SMALL_SORT,
+                        )  # fmt: skip
+                    else:
+                        if CAPACITY > MID_SORT:
+                            if n <= MID_SORT:
+                                kept_key, kept_mass, at_pivot = _kept_of_candidates(
+                                    cand_ptr, n, kept_key, at_pivot, top_p, max_key, row_max,
+                                    inv_temperature, MID_SORT,
+                                )  # fmt: skip
+                            else:
+                                kept_key, kept_mass, at_pivot = _kept_of_candidates(
+                                    cand_ptr, n, kept_key, at_pivot, top_p, max_key, row_max,
+                                    inv_temperature, CAPACITY,
+                                )  # fmt: skip
+                        else:
+                            kept_key, kept_mass, at_pivot = _kept_of_candidates(
+                                cand_ptr, n, kept_key, at_pivot, top_p, max_key, row_max, inv_temperature,
+                                CAPACITY,
+                            )  # fmt: skip
                 else:
-                    kept_key = _smallest_key_from(row_ptr, vocab_size, kept_key, BLOCK_V)
-                at_pivot = tl.full([], 1, tl.int32)
+                    kept_key, kept_mass, at_pivot = _kept_of_candidates(
+                        cand_ptr, n, kept_key, at_pivot, top_p, max_key, row_max, inv_temperature, CAPACITY
+                    )  # fmt: skip
+            else:
+                if top_p < 1.0:
+                    # Top-k's candidates are not every kept token: top-p searches.
+                    search = tl.full([], 1, tl.int32)
+                else:
+                    if (at_pivot == 0) & (kept_key > NEG_INF_KEY):
+                        # Min-p binds (top-k keeps every token min-p keeps): t is the smallest of
+                        # them, by a pass here.
+                        kept_key = _smallest_key_from(row_ptr, vocab_size, kept_key, BLOCK_V)
+                        at_pivot = tl.full([], 1, tl.int32)
     if HAS_TOP_P:
         if mode == MODE_TOP_P:
             lo = tl.load(state + STATE_FINAL_LO)

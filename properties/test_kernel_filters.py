@@ -485,12 +485,12 @@ def test_every_search_width_finds_the_same_thresholds(ways: int) -> None:
 
 
 def test_each_sort_width_reads_off_the_same_pivots() -> None:
-    """Candidates sorted in each of `_sorted`'s tiles (at most `SMALL_SORT`, at most `MID_SORT`, the
-    full capacity of 2,048) give the pivots that a search by passes alone finds. V = 3,000 in 47
-    maxima tiles of 64 tokens (the interpreter's): ``L`` large logits fill the first tiles and every
-    other tile's maximum is 1, so top-k's bound (at or below the ``k``-th largest tile maximum, at or
-    above the least) is 1 and ``L`` tokens and a token a tile are its candidates; top-p then cuts the
-    full tile's."""
+    """Candidates sorted in each of `_sort_in_place`'s tiles (at most `SMALL_SORT`, at most `MID_SORT`,
+    the full capacity of 2,048), and top-p's pivot read off them in that width, give the pivots that a
+    search by passes alone finds. V = 3,000 in 47 maxima tiles of 64 tokens (the interpreter's): ``L``
+    large logits fill the first tiles and every other tile's maximum is 1, so top-k's bound (at or
+    below the ``k``-th largest tile maximum, at or above the least) is 1 and ``L`` tokens and a token
+    a tile are its candidates; top-p then cuts the top-k's."""
     rng = np.random.default_rng(5)
     vocab, tile = 3000, 64
     large, ks = (200, 600, 1500), (10, 20, 30)
@@ -505,10 +505,11 @@ def test_each_sort_width_reads_off_the_same_pivots() -> None:
     fewest = [int((logits[r] >= maxima[r, k - 1]).sum()) for r, k in enumerate(ks)]
     most = [int((logits[r] >= maxima[r, -1]).sum()) for r in range(3)]
     assert most[0] <= SMALL_SORT.value < fewest[1] <= most[1] <= MID_SORT.value < fewest[2] <= most[2] <= 2048
-    rows = _rows(logits, [1.0, 1.0, 4.0], top_k=ks, top_p=[1.0, 1.0, 0.9])
-    expected = _cut_short(rows, SEARCH_PASSES)
-    _check(rows, expected)
-    np.testing.assert_array_equal(_thresholds(rows, capacity=2048), expected)
+    for top_p in ([1.0, 1.0, 0.9], [0.8, 0.6, 0.9]):
+        rows = _rows(logits, [1.0, 1.0, 4.0], top_k=ks, top_p=top_p)
+        expected = _cut_short(rows, SEARCH_PASSES)
+        _check(rows, expected)
+        np.testing.assert_array_equal(_thresholds(rows, capacity=2048), expected)
 
 
 def test_candidates_crowded_into_one_chunk_are_compacted_by_the_rows_program() -> None:
