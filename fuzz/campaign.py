@@ -42,7 +42,7 @@ from hypothesis.database import (
 )
 from hypothesis.errors import Flaky
 
-from specsample.fuzz.budget import CALLS_PER_CHECK_RUN, CostModel
+from specsample.fuzz.budget import CALLS_PER_CHECK_RUN, PROBE_REPEATS, CostModel, work_of
 from specsample.fuzz.coverage import Coverage
 from specsample.fuzz.progress import Progress
 from specsample.fuzz.reproducer import Reproducer, versions
@@ -456,6 +456,7 @@ def run_campaign(
     deadline = start + seconds
     overtime = deadline + (GRACE * seconds if math.isfinite(seconds) else 0.0)  # to confirm, to shrink
     cost = CostModel()
+    probe_call = 0.0  # seconds of the last probe's fastest call of its batch
     errors = errors if errors is not None else ErrorBudget(FALSE_FAILURE_RATE, budget.alpha)
     # A screen gets about this much time: a large batch is screened with fewer trials than a small
     # one, so that the search sees many batches (at least `SCREENS_PER_BUDGET` when they are large).
@@ -508,17 +509,30 @@ def run_campaign(
         return run
 
     def probe(batch: SpecBatch) -> None:
-        """Before anything is measured: one call of ``batch`` untimed (the first call compiles), one
-        timed, giving the cost model what a screen of `FEWEST_TRIALS` would cost, so that a slow
-        sampler's first screen is sized (or skipped) for the time left rather than run blind."""
+        """Before any screen has run: one call of ``batch`` untimed (the first call compiles), then
+        `PROBE_REPEATS` timed, the fastest giving the cost model what a screen of `FEWEST_TRIALS` would
+        cost, so that a slow sampler's first screen is sized (or skipped) for the time left rather than
+        run blind. Until a screen runs, each batch is probed and the model keeps the cheapest probe per
+        unit of work: a stall of the machine during one probe (a 30 ms one makes a 1 ms call look too
+        slow for any screen of a 3 s campaign) does not skip every batch after it."""
+        nonlocal probe_call
+        if probe_call * (1 + PROBE_REPEATS) > deadline - time.monotonic():
+            return  # no time left to probe again: the last probe stands
         try:
-            variant(batch)
             began = time.monotonic()
             variant(batch)
+            probe_call = time.monotonic() - began
+            calls = []
+            for _ in range(PROBE_REPEATS):
+                began = time.monotonic()
+                variant(batch)
+                calls.append(time.monotonic() - began)
         except Exception:
             return  # the checks call it again and report the error as the variant's
-        per_trial = time.monotonic() - began
-        cost.record(CALLS_PER_CHECK_RUN * FEWEST_TRIALS * per_trial, FEWEST_TRIALS, batch)
+        probe_call = min(calls)
+        measured = (work_of(batch), float(FEWEST_TRIALS), CALLS_PER_CHECK_RUN * FEWEST_TRIALS * probe_call)
+        if not cost.runs or measured[2] / measured[0] < cost.runs[0][2] / cost.runs[0][0]:
+            cost.runs[:] = [measured]
 
     def tally(run: Run) -> None:
         """Count a full-power run's verdicts."""
@@ -549,7 +563,7 @@ def run_campaign(
         if trials:
             first = trials[0]
         else:
-            if not cost.runs:
+            if not result.screen_trials:
                 probe(batch)
             affordable = cost.trials_within(deadline - time.monotonic(), batch, most)
             if affordable < FEWEST_TRIALS:

@@ -306,7 +306,8 @@ def test_certify_spreads_variants_over_the_workers(
     out = capsys.readouterr().out
     assert code == cli.EXIT_FAILED, out
     assert "cluster: 2 workers: " in out
-    assert "## `walk`: PASSED" in out and "## `M02`: FAILED" in out
+    assert "## `walk`: PASSED" in out, out
+    assert "## `M02`: FAILED" in out, out
     assert (tmp_path / "report" / "report.json").exists()
 
 
