@@ -41,6 +41,14 @@ class CostModel:
         """Learn from a run of ``trials`` per request on ``batch`` that took ``seconds``."""
         self.runs.append((work_of(batch), float(trials), seconds))
 
+    def estimate(self, seconds: float, trials: int, batch: SpecBatch) -> None:
+        """Before any run: what a run of ``trials`` on ``batch`` would take, from a probe; of several
+        probes the cheapest per unit of work stands (a stall of the machine inflates one probe, never
+        deflates it). An estimate is only ever the model's one entry: `record` a run after it."""
+        run = (work_of(batch), float(trials), seconds)
+        if not self.runs or run[2] / run[0] < self.runs[0][2] / self.runs[0][0]:
+            self.runs[:] = [run]
+
     def coefficients(self) -> tuple[float, float]:
         """``(a, b)``, fitted to the runs (per unit of work, and per trial and unit of work)."""
         work, trials, seconds = np.array(self.runs, dtype=float).reshape(-1, 3).T

@@ -42,7 +42,7 @@ from hypothesis.database import (
 )
 from hypothesis.errors import Flaky
 
-from specsample.fuzz.budget import CALLS_PER_CHECK_RUN, PROBE_REPEATS, CostModel, work_of
+from specsample.fuzz.budget import CALLS_PER_CHECK_RUN, PROBE_REPEATS, CostModel
 from specsample.fuzz.coverage import Coverage
 from specsample.fuzz.progress import Progress
 from specsample.fuzz.reproducer import Reproducer, versions
@@ -530,9 +530,7 @@ def run_campaign(
         except Exception:
             return  # the checks call it again and report the error as the variant's
         probe_call = min(calls)
-        measured = (work_of(batch), float(FEWEST_TRIALS), CALLS_PER_CHECK_RUN * FEWEST_TRIALS * probe_call)
-        if not cost.runs or measured[2] / measured[0] < cost.runs[0][2] / cost.runs[0][0]:
-            cost.runs[:] = [measured]
+        cost.estimate(CALLS_PER_CHECK_RUN * FEWEST_TRIALS * probe_call, FEWEST_TRIALS, batch)
 
     def tally(run: Run) -> None:
         """Count a full-power run's verdicts."""
