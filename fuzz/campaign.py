@@ -456,7 +456,6 @@ def run_campaign(
     deadline = start + seconds
     overtime = deadline + (GRACE * seconds if math.isfinite(seconds) else 0.0)  # to confirm, to shrink
     cost = CostModel()
-    probe_call = 0.0  # seconds of the last probe's fastest call of its batch
     errors = errors if errors is not None else ErrorBudget(FALSE_FAILURE_RATE, budget.alpha)
     # A screen gets about this much time: a large batch is screened with fewer trials than a small
     # one, so that the search sees many batches (at least `SCREENS_PER_BUDGET` when they are large).
@@ -515,22 +514,23 @@ def run_campaign(
         run blind. Until a screen runs, each batch is probed and the model keeps the cheapest probe per
         unit of work: a stall of the machine during one probe (a 30 ms one makes a 1 ms call look too
         slow for any screen of a 3 s campaign) does not skip every batch after it."""
-        nonlocal probe_call
-        if probe_call * (1 + PROBE_REPEATS) > deadline - time.monotonic():
+        probe_calls = CALLS_PER_CHECK_RUN * FEWEST_TRIALS  # what one call is of the estimate
+        if cost.runs and (1 + PROBE_REPEATS) * cost.seconds_for(batch, FEWEST_TRIALS) / probe_calls > (
+            deadline - time.monotonic()
+        ):
             return  # no time left to probe again: the last probe stands
-        try:
+
+        def timed() -> float:
             began = time.monotonic()
             variant(batch)
-            probe_call = time.monotonic() - began
-            calls = []
-            for _ in range(PROBE_REPEATS):
-                began = time.monotonic()
-                variant(batch)
-                calls.append(time.monotonic() - began)
+            return time.monotonic() - began
+
+        try:
+            variant(batch)
+            fastest = min(timed() for _ in range(PROBE_REPEATS))
         except Exception:
             return  # the checks call it again and report the error as the variant's
-        probe_call = min(calls)
-        cost.estimate(CALLS_PER_CHECK_RUN * FEWEST_TRIALS * probe_call, FEWEST_TRIALS, batch)
+        cost.estimate(probe_calls * fastest, FEWEST_TRIALS, batch)
 
     def tally(run: Run) -> None:
         """Count a full-power run's verdicts."""
