@@ -148,6 +148,8 @@ PLACEMENT_PASSES = tl.constexpr(1)
 # capacity): a row whose candidates crowd into one chunk beyond it is compacted again by its own
 # program. A row's program gathers the regions in [GROUP, SHARE] tiles of at most PACK_TILE keys.
 MIN_SHARE = 64
+# The compaction loads the maxima of up to this many tiles at once, one bit a tile (`_compact_chunk`).
+COMPACT_GROUP = 32
 PACK_TILE = 4096
 # A row's segment records (statistics, masses) are combined this many segments at a time: a row has
 # dozens of segments (42 at V = 128256 on a GPU), which a segment-by-segment loop walks at one load's
@@ -1026,8 +1028,8 @@ def filter_mass_kernel(logits_ptr, temperature_ptr, top_p_ptr, row_stats_ptr, ro
 
 @triton.jit
 def _compact_chunk(row_ptr, maxima_ptr, out_ptr, count_ptr, chunk, vocab_size, num_tiles, lo, hi, kept_key,
-                   SHARE: tl.constexpr, BLOCK_V: tl.constexpr, TILES: tl.constexpr,
-                   TILE: tl.constexpr):  # fmt: skip
+                   SHARE: tl.constexpr, BLOCK_V: tl.constexpr, TILES: tl.constexpr, TILE: tl.constexpr,
+                   GROUP: tl.constexpr):  # fmt: skip
     """`_compact` of a chunk (``TILES`` tiles of ``BLOCK_V``) that shares its row: the keys of its
     tokens whose order key lies in ``[lo, hi)`` (int32 bounds; none where ``lo >= hi``) into the
     chunk's own region ``out_ptr[0:SHARE]`` (those that fit), each at the slot it takes from the
@@ -1038,21 +1040,31 @@ def _compact_chunk(row_ptr, maxima_ptr, out_ptr, count_ptr, chunk, vocab_size, n
     scan; the slots' order is the threads', not the tokens', and the select kernel sorts the keys.
     The row's maxima (``maxima_ptr``: one a ``TILE`` tokens, `filter_stats_kernel`'s) say which tiles
     can hold such a token: a tile whose maxima are all below ``lo`` (or the interval is empty) and
-    below ``kept_key`` is not read, which leaves the count and the smallest logit as they were."""
+    below ``kept_key`` is not read, which leaves the count and the smallest logit as they were. The
+    maxima of ``GROUP`` tiles (at most 32) are loaded at once, before any of their logits, and
+    become one bit a tile: a tile's read waits on no load of the maxima (H200, B = 64, n = 4, V =
+    128256, top-k 50, top-p 0.9, min-p 0.05: 29.1 us against 36.1 where each tile loaded its own
+    maxima; top-p 0.9 alone 96.8 against 107.0)."""
     smallest = tl.full([BLOCK_V], POS_INF, tl.float32)
     lines = tl.arange(0, BLOCK_V // TILE)
+    ways = tl.arange(0, GROUP)
     least_key = tl.minimum(tl.where(lo < hi, lo, ABOVE_EVERY_KEY), kept_key)
-    for t in range(TILES):
-        tile_start = (chunk * TILES + t) * BLOCK_V
-        tiles = tile_start // TILE + lines
-        maxima = tl.load(maxima_ptr + tiles, mask=tiles < num_tiles, other=NEG_INF)
-        if tl.max(order_key(maxima), axis=0) >= least_key:
-            x, in_vocab = _tile(row_ptr, tile_start, vocab_size, BLOCK_V)
-            keys = masked_key(x, in_vocab)
-            smallest = tl.minimum(smallest, tl.where(keys >= kept_key, x, POS_INF))
-            taken = (keys >= lo) & (keys < hi)
-            slot = tl.atomic_add(count_ptr + tl.zeros([BLOCK_V], tl.int32), 1, mask=taken, sem="relaxed")
-            tl.store(out_ptr + slot, keys, mask=taken & (slot < SHARE))
+    for g in range(0, TILES, GROUP):
+        group_tiles = chunk * TILES + g + ways
+        tiles = group_tiles[:, None] * (BLOCK_V // TILE) + lines[None, :]
+        inside = ((g + ways) < TILES)[:, None] & (tiles < num_tiles)
+        maxima = tl.load(maxima_ptr + tiles, mask=inside, other=NEG_INF)
+        reach = tl.max(order_key(maxima), axis=1) >= least_key
+        bits = tl.sum(tl.where(reach, tl.full([GROUP], 1, tl.int64) << ways.to(tl.int64), 0), axis=0)
+        for u in range(GROUP):
+            if ((bits >> u) & 1) != 0:
+                tile_start = (chunk * TILES + g + u) * BLOCK_V
+                x, in_vocab = _tile(row_ptr, tile_start, vocab_size, BLOCK_V)
+                keys = masked_key(x, in_vocab)
+                smallest = tl.minimum(smallest, tl.where(keys >= kept_key, x, POS_INF))
+                taken = (keys >= lo) & (keys < hi)
+                slot = tl.atomic_add(count_ptr + tl.zeros([BLOCK_V], tl.int32), 1, mask=taken, sem="relaxed")
+                tl.store(out_ptr + slot, keys, mask=taken & (slot < SHARE))
     return tl.min(smallest, axis=0)
 
 
@@ -1093,7 +1105,7 @@ def filter_compact_kernel(logits_ptr, tile_max_ptr, row_stats_ptr, row_state_ptr
                           regions_ptr, chunk_count_ptr, chunk_min_ptr, logits_stride, vocab_size,
                           num_segments, num_tiles, WAYS: tl.constexpr, BLOCK_V: tl.constexpr,
                           TILES: tl.constexpr, SHARE: tl.constexpr, TILE: tl.constexpr,
-                          PDL: tl.constexpr):  # fmt: skip
+                          TILE_GROUP: tl.constexpr, PDL: tl.constexpr):  # fmt: skip
     """Grid (R, C): each chunk's share of its row's last pass. Top-k rows: the tokens of ``[lo, hi)``
     counted (into ``chunk_count [R, C]``) and compacted into the chunk's region (``regions [R, C,
     SHARE]``; `_pack` gathers them). Top-p rows: the second pass's masses added over the segments
@@ -1146,7 +1158,7 @@ def filter_compact_kernel(logits_ptr, tile_max_ptr, row_stats_ptr, row_state_ptr
             row_ptr, tile_max_ptr + row.to(tl.int64) * num_tiles,
             regions_ptr + (row * num_chunks + chunk).to(tl.int64) * SHARE,
             chunk_count_ptr + row * num_chunks + chunk, chunk, vocab_size, num_tiles, lo.to(tl.int32),
-            hi.to(tl.int32), kept_key.to(tl.int32), SHARE, BLOCK_V, TILES, TILE,
+            hi.to(tl.int32), kept_key.to(tl.int32), SHARE, BLOCK_V, TILES, TILE, TILE_GROUP,
         )  # fmt: skip
         tl.store(chunk_min_ptr + row * num_chunks + chunk, smallest)
 
@@ -1883,7 +1895,8 @@ def _split_plan(
     launches += [
         of(filter_compact_kernel, grid, dependent, {"masses_ptr": "masses_second"}, logits_stride=stride,
            num_segments=num_segments, num_tiles=num_tiles, WAYS=first_ways, BLOCK_V=block_v,
-           TILES=segments_per_chunk * SEGMENT_TILES, SHARE=share, TILE=tile),
+           TILES=segments_per_chunk * SEGMENT_TILES, SHARE=share, TILE=tile,
+           TILE_GROUP=min(COMPACT_GROUP, int(triton.next_power_of_2(segments_per_chunk * SEGMENT_TILES)))),
         of(filter_select_kernel, per_row, select_options, logits_stride=stride, kept_stride=kept_stride,
            num_chunks=num_chunks, capacity=capacity, passes=search_passes, HAS_TOP_K=has_top_k,
            HAS_TOP_P=has_top_p, WAYS=search_ways, BLOCK_V=search_block, SCAN=scan_block,
