@@ -186,6 +186,10 @@ MASS_TILE = 8192
 # Candidates a row's program reads at once when it narrows top-p's interval on them
 # (`_narrow_candidates`).
 CANDIDATE_TILE = tl.constexpr(512)
+# The candidates' masses are added as integers of this many fractional bits (`_candidate_masses`):
+# at most MAX_CAPACITY (2**14) weights of at most 1 each, so a sum stays below 2**62.
+CANDIDATE_FRACTION_BITS = 48
+CANDIDATE_UNIT = tl.constexpr(float(2**CANDIDATE_FRACTION_BITS))
 # The tile width of a row's program's compaction, on a GPU.
 SCAN_BLOCK = 8192
 # Warps of a row's search program and of top-p's first pass.
@@ -514,22 +518,27 @@ def _top_k_finish(row_ptr, cand_ptr, vocab_size, k, lo, hi, n, packed, capacity,
 @triton.jit
 def _candidate_masses(cand_ptr, n, cuts, row_max, inv_temperature, WAYS: tl.constexpr):
     """``([WAYS] sum of exp((z - max) / T), [WAYS] count)`` over the ``n`` candidate keys at ``cand_ptr``
-    whose key is ``> cuts[j]``, `CANDIDATE_TILE` keys at a time: each lane a fixed sum in the same
-    order whatever its cut (`_masses_above`'s)."""
+    whose key is ``> cuts[j]``, `CANDIDATE_TILE` keys at a time.
+
+    The candidates lie in the order their chunks' atomic adds gave them (`_compact_chunk`), which
+    changes from run to run, so a float32 sum of them would too: each weight (at most 1) is taken as
+    an integer number of ``2**-CANDIDATE_FRACTION_BITS`` (rounded down), the integers added exactly
+    in int64, and each lane's total rounded to float32 once. Every lane's sum is then the same
+    whatever the candidates' order, and never decreases as its cut does."""
     lanes = tl.arange(0, CANDIDATE_TILE)
-    masses = tl.zeros([WAYS], tl.float32)
+    fixed = tl.zeros([WAYS], tl.int64)
     counts = tl.zeros([WAYS], tl.int32)
     start = 0
     while start < n:
         valid = start + lanes < n
         keys = tl.load(cand_ptr + start + lanes, mask=valid, other=NO_KEY)
-        tile_masses, tile_counts = _above(
-            keys, weight(key_value(keys), valid, row_max, inv_temperature), cuts
-        )
-        masses += tile_masses
-        counts += tile_counts
+        weights = weight(key_value(keys), valid, row_max, inv_temperature)
+        units = (tl.minimum(tl.maximum(weights, 0.0), 1.0) * CANDIDATE_UNIT).to(tl.int64)
+        above = keys[:, None] > cuts[None, :]
+        fixed += tl.sum(tl.where(above, units[:, None], 0), axis=0)
+        counts += tl.sum(above.to(tl.int32), axis=0)
         start += CANDIDATE_TILE
-    return masses, counts
+    return fixed.to(tl.float32) * (1.0 / CANDIDATE_UNIT), counts
 
 
 @triton.jit
@@ -540,9 +549,10 @@ def _narrow_candidates(cand_ptr, n, target, lo, hi, mass_hi, row_max, inv_temper
     one: a pass of ``WAYS`` cuts (`_cuts`: by value, then by key) adds each cut's candidate mass
     above it to ``mass_hi``, narrows the interval as a pass over the row does (`_narrow_top_p`), and
     keeps the candidates of the new interval in place, in their order; at most ``passes`` passes.
-    The candidates' sums are not the chunks' (another order of the same terms): where the mass above
-    ``lo`` they give falls below the target, the interval stays as it is (the pivot is then read off
-    all ``n``, as without this). Returns ``(lo, hi, mass above hi, n)``."""
+    The candidates' sums are not the chunks' (the same terms added exactly, `_candidate_masses`, and
+    rounded once): where the mass above ``lo`` they give falls below the target, the interval stays
+    as it is (the pivot is then read off all ``n``, as without this). Returns ``(lo, hi, mass above
+    hi, n)``."""
     lanes = tl.arange(0, CANDIDATE_TILE)
     ways = tl.arange(0, WAYS)
     narrowing = (n > SMALL_SORT) & (hi - lo > 1)

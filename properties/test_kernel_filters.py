@@ -20,6 +20,8 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 import torch
+import triton
+import triton.language as tl
 from hypothesis import event, given
 from hypothesis import strategies as st
 
@@ -30,11 +32,13 @@ from specsample.kernels.filters import (
     SEARCH_PASSES,
     SMALL_SORT,
     WAYS,
+    _candidate_masses,
     apply_thresholds,
     default_block_v,
     exact_passes,
     filter_thresholds,
 )
+from specsample.kernels.rules import order_key
 from specsample.reference.filters import FilterParams, kept_tokens, near_pivot, pivot_band, processed_probs
 from specsample.reference.law import row_probs
 
@@ -888,6 +892,75 @@ def test_the_kept_sets_and_sums_do_not_depend_on_the_chunks() -> None:
         other_thresholds, other_kept = run(chunks)
         np.testing.assert_array_equal(other_thresholds, thresholds, err_msg=f"chunks={chunks}")
         np.testing.assert_array_equal(other_kept, kept, err_msg=f"chunks={chunks}")
+
+
+@triton.jit
+def _candidate_masses_of(logits_ptr, cand_ptr, n, cut_values_ptr, masses_ptr, counts_ptr, row_max,
+                         BLOCK: tl.constexpr, WAYS: tl.constexpr):  # fmt: skip
+    """One program: the keys of ``n`` logits written as candidates, then `_candidate_masses` over them."""
+    lanes = tl.arange(0, BLOCK)
+    x = tl.load(logits_ptr + lanes, mask=lanes < n, other=0.0)
+    tl.store(cand_ptr + lanes, order_key(x), mask=lanes < n)
+    tl.debug_barrier()
+    ways = tl.arange(0, WAYS)
+    masses, counts = _candidate_masses(
+        cand_ptr, n, order_key(tl.load(cut_values_ptr + ways)), row_max, 1.0, WAYS
+    )
+    tl.store(masses_ptr + ways, masses)
+    tl.store(counts_ptr + ways, counts)
+
+
+def test_the_candidates_masses_do_not_depend_on_their_order() -> None:
+    """Top-p's candidates reach the select kernel in the order of the chunks' atomic adds, which
+    changes from run to run on a GPU: their masses above each cut (`_candidate_masses`) must be the
+    same bit for bit in any order, and within float32 rounding of the float64 sums. 1,500 candidates
+    (three of its tiles) in five orders; a float32 sum in the candidates' order fails this."""
+    generator = torch.Generator().manual_seed(11)
+    logits = torch.randn(1500, generator=generator, dtype=torch.float64) * 3.0
+    row_max = float(logits.max())
+    cut_values = torch.linspace(row_max - 12.0, row_max - 0.5, WAYS, dtype=torch.float64)
+    cut_values[0] = float("-inf")
+    exact = [
+        float(torch.exp(logits[logits > c] - row_max).sum()) for c in cut_values.to(torch.float32).double()
+    ]
+    runs = []
+    for seed in range(5):
+        order = torch.randperm(1500, generator=torch.Generator().manual_seed(seed))
+        x = logits[order].to(torch.float32).to(DEVICE)
+        cand = torch.empty(2048, dtype=torch.int32, device=DEVICE)
+        masses = torch.empty(WAYS, dtype=torch.float32, device=DEVICE)
+        counts = torch.empty(WAYS, dtype=torch.int32, device=DEVICE)
+        _candidate_masses_of[(1,)](x, cand, 1500, cut_values.to(torch.float32).to(DEVICE), masses, counts,
+                                   float(np.float32(row_max)), BLOCK=2048, WAYS=WAYS)  # fmt: skip
+        runs.append((masses.cpu(), counts.cpu()))
+    for masses, counts in runs[1:]:
+        assert torch.equal(masses, runs[0][0]), (masses - runs[0][0]).abs().max()
+        assert torch.equal(counts, runs[0][1])
+    np.testing.assert_allclose(runs[0][0].double().numpy(), exact, rtol=1e-6)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(DEVICE != "cuda", reason="needs a CUDA GPU: its atomics' order changes from run to run")
+def test_a_gpu_rows_thresholds_and_kept_sums_repeat_bit_for_bit() -> None:
+    """The same call five times on 1,280 rows of V = 128256 (B = 256's target rows) with top-p 0.9 and
+    0.99 alone, where the select kernel narrows top-p's interval on candidates that the chunks
+    compacted in the order of their atomic adds: thresholds and kept sums bit for bit the same each
+    time."""
+    generator = torch.Generator(device=DEVICE).manual_seed(5)
+    logits = torch.randn(1280, 128256, generator=generator, device=DEVICE) * 3.0
+    temperature = torch.ones(1280, device=DEVICE)
+    top_p = torch.where(torch.arange(1280, device=DEVICE) % 2 == 0, 0.9, 0.99).to(torch.float32)
+
+    def run() -> torch.Tensor:
+        kept = torch.empty((2, 1280), device=DEVICE)
+        t = filter_thresholds(logits, temperature, top_p=top_p, kept=kept)
+        return torch.cat([t[None], kept])
+
+    first = run()
+    assert (first[2] != filters.UNKNOWN_MASS.value).all()
+    for _ in range(4):
+        again = run()
+        assert torch.equal(again, first), (again != first).nonzero().tolist()[:10]
 
 
 @pytest.mark.gpu
