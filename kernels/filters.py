@@ -1060,15 +1060,15 @@ def _compact_chunk(row_ptr, maxima_ptr, out_ptr, count_ptr, chunk, vocab_size, n
     ways = tl.arange(0, GROUP)
     least_key = tl.minimum(tl.where(lo < hi, lo, ABOVE_EVERY_KEY), kept_key)
     for g in range(0, TILES, GROUP):
-        group_tiles = chunk * TILES + g + ways
-        tiles = group_tiles[:, None] * (BLOCK_V // TILE) + lines[None, :]
+        first = chunk * TILES + g
+        tiles = (first + ways)[:, None] * (BLOCK_V // TILE) + lines[None, :]
         inside = ((g + ways) < TILES)[:, None] & (tiles < num_tiles)
         maxima = tl.load(maxima_ptr + tiles, mask=inside, other=NEG_INF)
         reach = tl.max(order_key(maxima), axis=1) >= least_key
         bits = tl.sum(tl.where(reach, tl.full([GROUP], 1, tl.int64) << ways.to(tl.int64), 0), axis=0)
         for u in range(GROUP):
             if ((bits >> u) & 1) != 0:
-                tile_start = (chunk * TILES + g + u) * BLOCK_V
+                tile_start = (first + u) * BLOCK_V
                 x, in_vocab = _tile(row_ptr, tile_start, vocab_size, BLOCK_V)
                 keys = masked_key(x, in_vocab)
                 smallest = tl.minimum(smallest, tl.where(keys >= kept_key, x, POS_INF))
@@ -1833,6 +1833,7 @@ def _split_plan(
         chunks = default_chunks(rows, num_segments, device)
     segments_per_chunk = -(-num_segments // min(chunks, num_segments))
     num_chunks = -(-num_segments // segments_per_chunk)
+    chunk_tiles = segments_per_chunk * SEGMENT_TILES
     tile = maxima_tile(vocab_size, block_v, INTERPRETER_MAX_TILES if device.type == "cpu" else MAX_TILES)
     num_tiles = -(-vocab_size // tile)
     # Top-p's first pass, shared by a row's chunks, tries at least FIRST_WAYS values.
@@ -1905,8 +1906,8 @@ def _split_plan(
     launches += [
         of(filter_compact_kernel, grid, dependent, {"masses_ptr": "masses_second"}, logits_stride=stride,
            num_segments=num_segments, num_tiles=num_tiles, WAYS=first_ways, BLOCK_V=block_v,
-           TILES=segments_per_chunk * SEGMENT_TILES, SHARE=share, TILE=tile,
-           TILE_GROUP=min(COMPACT_GROUP, int(triton.next_power_of_2(segments_per_chunk * SEGMENT_TILES)))),
+           TILES=chunk_tiles, SHARE=share, TILE=tile,
+           TILE_GROUP=min(COMPACT_GROUP, int(triton.next_power_of_2(chunk_tiles)))),
         of(filter_select_kernel, per_row, select_options, logits_stride=stride, kept_stride=kept_stride,
            num_chunks=num_chunks, capacity=capacity, passes=search_passes, HAS_TOP_K=has_top_k,
            HAS_TOP_P=has_top_p, WAYS=search_ways, BLOCK_V=search_block, SCAN=scan_block,

@@ -940,7 +940,7 @@ def test_the_candidates_masses_do_not_depend_on_their_order() -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(DEVICE != "cuda", reason="needs a CUDA GPU: its atomics' order changes from run to run")
+@pytest.mark.skipif(DEVICE != "cuda", reason="needs a CUDA GPU: the interpreter runs atomics in one order")
 def test_a_gpu_rows_thresholds_and_kept_sums_repeat_bit_for_bit() -> None:
     """The same call five times on 1,280 rows of V = 128256 (B = 256's target rows) with top-p 0.9 and
     0.99 alone, where the select kernel narrows top-p's interval on candidates that the chunks
