@@ -66,7 +66,12 @@ def engine_rejection_sample(
 
 def engine_filter(probs: torch.Tensor, top_k: int, top_p: float, min_p: float) -> torch.Tensor:
     """Rows of probabilities restricted to what min-p, then top-k, then top-p keep, renormalised: the
-    engine's sampling parameters (each keeps the tokens at or above a value; ties at a cut kept)."""
+    engine's sampling parameters (each keeps the tokens at or above a value; ties at a cut kept).
+
+    A row that keeps every token is returned as it is. Renormalised, it would move by float64
+    rounding alone, and where the target row equals its draft row (``p == q``) the residual
+    ``max(p - q, 0)`` would then be rounding noise, not empty: the engine would draw from the
+    noise where the law says ``p``."""
     keep = probs >= min_p * probs.amax(-1, keepdim=True)
     if 0 < top_k < probs.shape[-1]:
         kth = torch.where(keep, probs, -1.0).sort(-1, descending=True).values[..., top_k - 1 : top_k]
@@ -77,7 +82,7 @@ def engine_filter(probs: torch.Tensor, top_k: int, top_p: float, min_p: float) -
         last = ((above < top_p) & (kept > 0)).sum(-1, keepdim=True).clamp(min=1) - 1
         keep &= probs >= kept.gather(-1, last)
     filtered = torch.where(keep, probs, 0.0)
-    return filtered / filtered.sum(-1, keepdim=True)
+    return torch.where(keep.all(-1, keepdim=True), probs, filtered / filtered.sum(-1, keepdim=True))
 
 
 def _probs(logits: torch.Tensor, temperature: torch.Tensor) -> torch.Tensor:
