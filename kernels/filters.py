@@ -22,7 +22,8 @@ no sum, and no kept set or kept sum, depends on the batch a row rides in.
    hold a token at or above it), so the tokens at or above it (and min-p's key) are few
    where the logits are spread over the vocabulary. Top-p without top-k: two passes of masses above
    `FIRST_WAYS` values each first (3).
-3. ``filter_mass_kernel`` (each chunk, top-p rows, launched twice): ``sum exp((z - max) / T)`` above
+3. ``filter_mass_kernel`` (top-p rows, launched twice; a program takes every ``G``-th chunk of its row,
+   `default_mass_programs`, so that rows of other modes cost few programs): ``sum exp((z - max) / T)`` above
    each of a pass's cuts. The first pass's lane 0 is the kept set's bound, whose mass is the kept
    mass (so top-p's target comes from the same sums as every mass compared with it), the others
    values evenly spaced between two that bound the pivot in most rows (`_first_placement`, from the
@@ -978,24 +979,24 @@ def _few_left(masses, target, mass_hi, lo, row_max, inv_temperature, capacity):
     return most * 1.001 + 1.0 <= capacity
 
 
-@triton.jit(do_not_specialize=["num_segments", "capacity"])
+@triton.jit(do_not_specialize=["num_segments", "num_chunks", "capacity"])
 def filter_mass_kernel(logits_ptr, temperature_ptr, top_p_ptr, row_stats_ptr, row_state_ptr, cuts_ptr,
-                       first_ptr, masses_ptr, logits_stride, vocab_size, num_segments, capacity,
+                       first_ptr, masses_ptr, logits_stride, vocab_size, num_segments, num_chunks, capacity,
                        SECOND: tl.constexpr, WAYS: tl.constexpr, BLOCK_V: tl.constexpr, LINES: tl.constexpr,
                        SEGMENTS: tl.constexpr, PDL: tl.constexpr):  # fmt: skip
-    """Grid (R, C), rows of mode top-p: the masses above a top-p pass's ``WAYS`` cuts of each of the
-    chunk's ``SEGMENTS`` segments (``LINES`` lines of ``BLOCK_V`` tokens each) into ``masses [R, S,
+    """Grid (R, G), rows of mode top-p: program ``(r, g)`` takes chunks ``g, g + G, ...`` of the
+    ``num_chunks`` of row ``r``: the masses above a top-p pass's ``WAYS`` cuts of each of a chunk's
+    ``SEGMENTS`` segments (``LINES`` lines of ``BLOCK_V`` tokens each) into ``masses [R, S,
     WAYS]``. The first pass (``SECOND`` false) cuts ``(min-p's key - 1, max]`` where the start kernel
     recorded (`_pass_cuts`): lane 0 its lower end, whose mass is the kept mass, the others values
     placed by `_first_placement`. The second adds the first's masses (``first_ptr``) over the segments
-    (`_segments_sum`), which narrow the interval (chunk 0 records it, top-p's target, the mass above
+    (`_segments_sum`), which narrow the interval (program ``g = 0`` records it, top-p's target, the mass above
     it and the second pass's cuts), and cuts the narrowed interval by values evenly spaced from
     `_top_p_floor` to its upper end; unless the narrowed interval holds at most ``capacity`` tokens
     (`_few_left`), which the compaction then gathers (``STATE_SKIP``), and its programs return at
     once."""
     after_previous_launch(PDL)
     row = tl.program_id(0)
-    chunk = tl.program_id(1)
     state = row_state_ptr + row * STATE_FIELDS
     if tl.load(state + STATE_MODE) == MODE_TOP_P:
         row_max = tl.load(row_stats_ptr + row * STATS_FIELDS)
@@ -1013,7 +1014,7 @@ def filter_mass_kernel(logits_ptr, temperature_ptr, top_p_ptr, row_stats_ptr, ro
                 cuts, first, tl.zeros([WAYS], tl.int32), tl.load(top_p_ptr + row), lo, hi, WAYS
             )
             skip = _few_left(first, target, mass_hi, lo, row_max, inv_temperature, capacity)
-            if chunk == 0:
+            if tl.program_id(1) == 0:
                 tl.store(state + STATE_TOP_P_LO, lo)
                 tl.store(state + STATE_TOP_P_HI, hi)
                 tl.store(state + STATE_SKIP, skip.to(tl.int64))
@@ -1021,19 +1022,23 @@ def filter_mass_kernel(logits_ptr, temperature_ptr, top_p_ptr, row_stats_ptr, ro
                 tl.store(row_stats_ptr + row * STATS_FIELDS + STATS_MASS_HI, mass_hi)
             # Every chunk computes the same cuts (the same code on the same values).
             cuts = _cuts(lo, hi, floor, True, WAYS)
-            if chunk == 0:
+            if tl.program_id(1) == 0:
                 tl.store(_pass_cuts(cuts_ptr, row, 1, WAYS), cuts)
         if not skip:
             row_ptr = logits_ptr + row.to(tl.int64) * logits_stride
-            for s in range(SEGMENTS):
-                segment = chunk * SEGMENTS + s
-                if segment < num_segments:
-                    masses = _segment_masses(
-                        row_ptr, segment, vocab_size, cuts.to(tl.int32), row_max, inv_temperature, BLOCK_V,
-                        WAYS, LINES,
-                    )  # fmt: skip
-                    out = (row * num_segments + segment).to(tl.int64) * WAYS + tl.arange(0, WAYS)
-                    tl.store(masses_ptr + out, masses)
+            # The program's chunks: every ``tl.num_programs(1)``-th of the row's.
+            chunk = tl.program_id(1)
+            while chunk < num_chunks:
+                for s in range(SEGMENTS):
+                    segment = chunk * SEGMENTS + s
+                    if segment < num_segments:
+                        masses = _segment_masses(
+                            row_ptr, segment, vocab_size, cuts.to(tl.int32), row_max, inv_temperature,
+                            BLOCK_V, WAYS, LINES,
+                        )  # fmt: skip
+                        out = (row * num_segments + segment).to(tl.int64) * WAYS + tl.arange(0, WAYS)
+                        tl.store(masses_ptr + out, masses)
+                chunk += tl.num_programs(1)
 
 
 @triton.jit
@@ -1491,6 +1496,20 @@ def default_chunks_for(rows: int, segments: int, sms: int) -> int:
     return max(1, min(segments, -(-PROGRAMS_PER_SM * sms // rows)))
 
 
+# Top-p's passes aim for this many programs an SM on a GPU: a program takes every G-th chunk of its
+# row (`default_mass_programs`), so rows that top-k decides pay for few programs that return at once.
+MASS_PROGRAMS_PER_SM = 9
+
+
+def default_mass_programs(rows: int, chunks: int, device: torch.device) -> int:
+    """The programs of each row in top-p's passes: one a chunk (``chunks``), or on a GPU as few as
+    still give `MASS_PROGRAMS_PER_SM` programs an SM."""
+    if device.type != "cuda":
+        return chunks
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    return max(1, min(chunks, -(-MASS_PROGRAMS_PER_SM * sms // rows)))
+
+
 def segments_of(vocab_size: int, block_v: int) -> int:
     """The segments of a row of ``vocab_size`` in tiles of ``block_v``: `SEGMENT_TILES` tiles each."""
     return -(-vocab_size // (block_v * SEGMENT_TILES))
@@ -1648,6 +1667,7 @@ def filter_thresholds(
     plan: str | None = None,
     out: torch.Tensor | None = None,
     kept: torch.Tensor | None = None,
+    mass_programs: int | None = None,
 ) -> torch.Tensor:
     """Each row's threshold ``t``: the row's filters keep exactly ``{x : z_x >= t}`` (NaN as ``-inf``).
 
@@ -1674,13 +1694,16 @@ def filter_thresholds(
             `SEARCH_PASSES`), and the keys a pass tries, a power of two >= 2 (default `WAYS`;
             `exact_passes` of them find the exact pivots without a sort; fewer stop short, which only
             tests ask for).
-        plan: ``"split"`` (a row shared by several programs; ``chunks``, ``capacity`` and the search's
-            passes and ways shape it) or ``"rows"`` (a program takes a block of whole rows,
-            `kernels.filter_rows_kernels`, in tiles ``block_v`` wide); default: ``"rows"`` for CPU
+        plan: ``"split"`` (a row shared by several programs; ``chunks``, ``capacity``, the search's
+            passes and ways and ``mass_programs`` shape it) or ``"rows"`` (a program takes a block of
+            whole rows, `kernels.filter_rows_kernels`, in tiles ``block_v`` wide); default: ``"rows"`` for CPU
             tensors (the interpreter), else ``"split"``. Both keep the same sets up to near pivots (the
             order of float32 sums).
         out: where given, the ``[R]`` fp32 tensor (on the device of ``logits``, contiguous) that
             receives the thresholds.
+        mass_programs: how many programs share each row's top-p passes, each taking every
+            ``mass_programs``-th of its chunks (default `default_mass_programs`; at most the chunks);
+            the thresholds and kept sums do not depend on it.
         kept: where given, a ``[2, R]`` fp32 tensor (rows contiguous) that receives each row's kept
             statistics (the split plan's, `filter_select_kernel`): its max, and the sum of
             ``exp((z - max) / T)`` over its kept tokens where the search found it, else
@@ -1723,7 +1746,7 @@ def filter_thresholds(
         raise _fail("plan", f"is {plan!r}; expected one of {', '.join(FILTER_PLANS)}")
     if plan == "rows":
         split_only = {"chunks": chunks, "capacity": capacity, "search_passes": search_passes,
-                      "search_ways": search_ways}  # fmt: skip
+                      "search_ways": search_ways, "mass_programs": mass_programs}  # fmt: skip
         for name, value in split_only.items():
             if value is not None:
                 raise _fail(name, f"is {value!r}; it shapes the split plan, and the plan is 'rows'")
@@ -1758,8 +1781,9 @@ def filter_thresholds(
         return thresholds.fill_(float("-inf"))
     if plan == "rows":
         return _rows_thresholds(logits, temperature, top_k, top_p, min_p, thresholds, block_v)
-    if chunks is not None and (not isinstance(chunks, int) or chunks < 1):
-        raise _fail("chunks", f"is {chunks!r}; expected an int >= 1")
+    for name, value in (("chunks", chunks), ("mass_programs", mass_programs)):
+        if value is not None and (not isinstance(value, int) or value < 1):
+            raise _fail(name, f"is {value!r}; expected an int >= 1")
     has = (top_k is not None, top_p is not None, min_p is not None)
     # Parameters a launch does not read get the temperature's pointer.
     inputs = {
@@ -1775,12 +1799,13 @@ def filter_thresholds(
     key = (
         "split", _device_key(device), rows, vocab_size, logits.dtype, logits.stride(0), has,
         None if top_k is None else top_k.dtype, block_v, chunks, capacity, search_passes, search_ways,
-        kept is not None, kept_stride, launch.aligned(*inputs.values()),
+        kept is not None, kept_stride, mass_programs, launch.aligned(*inputs.values()),
     )  # fmt: skip
 
     def make() -> FilterPlan:
         return _split_plan(rows, vocab_size, logits.stride(0), device, has, block_v, chunks, capacity,
-                           search_passes, search_ways, kept is not None, kept_stride)  # fmt: skip
+                           search_passes, search_ways, kept is not None, kept_stride,
+                           mass_programs)  # fmt: skip
 
     # The call's workspace, held until its launches are enqueued (a free after that is ordered after
     # them on the stream).
@@ -1822,6 +1847,7 @@ def _split_plan(
     search_ways: int,
     kept_given: bool,
     kept_stride: int,
+    mass_programs: int | None = None,
 ) -> FilterPlan:
     """`filter_thresholds`' split plan for a call structure: its launches, in order, and its workspace
     (which holds the kept statistics where the call gives no tensor for them: ``kept_given`` false)."""
@@ -1895,11 +1921,15 @@ def _split_plan(
            TILES=int(triton.next_power_of_2(num_tiles)), LINES=block_v // tile, WAYS=first_ways),
     ]  # fmt: skip
     if has_top_p:
+        if mass_programs is None:
+            mass_programs = default_mass_programs(rows, num_chunks, device)
+        mass_grid = (rows, min(mass_programs, num_chunks), 1)
         for second in (False, True):
             masses = "masses_second" if second else "masses_first"
             launches.append(
-                of(filter_mass_kernel, grid, wide, {"first_ptr": "masses_first", "masses_ptr": masses},
-                   logits_stride=stride, num_segments=num_segments, capacity=capacity, SECOND=second,
+                of(filter_mass_kernel, mass_grid, wide, {"first_ptr": "masses_first", "masses_ptr": masses},
+                   logits_stride=stride, num_segments=num_segments, num_chunks=num_chunks, capacity=capacity,
+                   SECOND=second,
                    WAYS=first_ways, BLOCK_V=mass_block, LINES=SEGMENT_TILES * block_v // mass_block,
                    SEGMENTS=segments_per_chunk)
             )  # fmt: skip

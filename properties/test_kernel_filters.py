@@ -674,9 +674,10 @@ def test_bad_inputs_raise_naming_the_argument_and_value(case: str, message: str)
 
 def test_bad_tile_width_and_unchecked_values() -> None:
     """A tile width that is no power of two >= 16, a search width that is no power of two >= 2, no
-    pass, no chunk, a negative capacity or an unknown plan is refused, and so is an argument of the
-    split plan given to the rows plan; with values unchecked, out-of-range parameters still keep the
-    max in either plan: ``k < 0`` is off, ``min_p >= 1`` and ``top_p <= 0`` keep its ties."""
+    pass, no chunk, no program for top-p's passes, a negative capacity or an unknown plan is refused,
+    and so is an argument of the split plan given to the rows plan; with values unchecked,
+    out-of-range parameters still keep the max in either plan: ``k < 0`` is off, ``min_p >= 1`` and
+    ``top_p <= 0`` keep its ties."""
     logits = torch.tensor([[3.0, 1.0, 3.0, 2.0]] * 3, device=DEVICE)
     ones = torch.ones(3, device=DEVICE)
     refused = {
@@ -685,6 +686,8 @@ def test_bad_tile_width_and_unchecked_values() -> None:
         r"search_passes is 0; expected an int >= 1": {"search_passes": 0, "plan": "split"},
         r"capacity is -1; expected an int in \[0, 16384\]": {"capacity": -1, "plan": "split"},
         r"chunks is 0; expected an int >= 1": {"chunks": 0, "plan": "split"},
+        r"mass_programs is 0; expected an int >= 1": {"mass_programs": 0, "plan": "split"},
+        r"mass_programs is 2; it shapes the split plan": {"mass_programs": 2, "plan": "rows"},
         r"plan is 'diagonal'; expected one of split, rows": {"plan": "diagonal"},
         r"capacity is 8; it shapes the split plan, and the plan is 'rows'": {"capacity": 8, "plan": "rows"},
     }
@@ -862,7 +865,8 @@ def test_the_select_kernel_finds_each_rows_kept_sum() -> None:
 
 def test_the_kept_sets_and_sums_do_not_depend_on_the_chunks() -> None:
     """The split plan's thresholds and kept sums are bit for bit the same however many chunks a row is
-    cut into (on a GPU the chunks follow the batch's size, `default_chunks`): every float32 sum is
+    cut into (on a GPU the chunks follow the batch's size, `default_chunks`), and however many
+    programs share its chunks in top-p's passes (``mass_programs``): every float32 sum is
     made by segments of `SEGMENT_TILES` tiles and added in segment order. Rows: top-p at 0.5, 0.9 and
     0.99 alone (its target and the mass above its interval come from the passes' sums), top-p with
     min-p, top-k with top-p, and a row that keeps every token (its kept sum is the row's sum);
@@ -892,6 +896,14 @@ def test_the_kept_sets_and_sums_do_not_depend_on_the_chunks() -> None:
         other_thresholds, other_kept = run(chunks)
         np.testing.assert_array_equal(other_thresholds, thresholds, err_msg=f"chunks={chunks}")
         np.testing.assert_array_equal(other_kept, kept, err_msg=f"chunks={chunks}")
+    # Top-p's passes with fewer programs than chunks (on a GPU, `default_mass_programs`), each taking
+    # every G-th chunk of its row: the same masses, so the same sets and sums.
+    for programs in (1, 3, 5):
+        kept_g = torch.full((2, 6), np.nan, device=DEVICE)
+        t = filter_thresholds(rows.logits, temperature, top_k, top_p, min_p, block_v=64, chunks=16,
+                              capacity=2048, plan="split", kept=kept_g, mass_programs=programs)  # fmt: skip
+        np.testing.assert_array_equal(t.cpu().numpy(), thresholds, err_msg=f"mass_programs={programs}")
+        np.testing.assert_array_equal(kept_g.cpu().numpy(), kept, err_msg=f"mass_programs={programs}")
 
 
 @triton.jit
