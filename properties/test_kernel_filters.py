@@ -110,12 +110,13 @@ def _thresholds(
     chunks: int | None = None,
     capacity: int | None = None,
     plan: str = "split",
+    mass_programs: int | None = None,
 ) -> npt.NDArray[np.float32]:
     temperature, top_k, top_p, min_p = rows.tensors()
     assert temperature is not None
     t = filter_thresholds(
         rows.logits, temperature, top_k, top_p, min_p, block_v=block_v, chunks=chunks, capacity=capacity,
-        plan=plan,
+        plan=plan, mass_programs=mass_programs,
     )  # fmt: skip
     assert t.shape == (rows.logits.shape[0],) and t.dtype == torch.float32 and t.device == rows.logits.device
     return t.cpu().numpy()
@@ -243,9 +244,10 @@ def _row_logits(
 
 
 @st.composite
-def filtered_rows(draw: st.DrawFn) -> tuple[Rows, int | None, int | None, int | None, str]:
+def filtered_rows(draw: st.DrawFn) -> tuple[Rows, int | None, int | None, int | None, str, int | None]:
     """A few rows over one vocabulary with a mix of filters, a tile width, a chunk count, a sort
-    capacity (``None``: the defaults) and a launch plan (the rows plan takes a tile width alone)."""
+    capacity, a launch plan and the programs of top-p's passes (``None``: the defaults; the rows plan
+    takes a tile width alone)."""
     vocab_size = draw(st.one_of(st.sampled_from(VOCAB_SIZES), st.integers(1, 2000)))
     num_rows = draw(st.integers(1, 3))
     seed = draw(st.integers(0, 2**32 - 1))
@@ -284,24 +286,28 @@ def filtered_rows(draw: st.DrawFn) -> tuple[Rows, int | None, int | None, int | 
     # costs the interpreter about a minute a row); at 300, chunks' regions of 64 keys (8 chunks) to
     # 512 (one), which candidates crowded into one chunk overflow while the row's count fits.
     capacity = draw(st.sampled_from((None, 0, 1, 7, 64, 300)))
+    # Top-p's passes with a program a chunk (the interpreter's default) or fewer, each taking every
+    # G-th chunk of its row (a GPU's `default_mass_programs`).
+    mass_programs = draw(st.sampled_from((None, 1, 2)))
     plan = draw(st.sampled_from(("split", "rows")))
     if plan == "rows":
-        chunks = capacity = None
-    return rows, block_v, chunks, capacity, plan
+        chunks = capacity = mass_programs = None
+    return rows, block_v, chunks, capacity, plan, mass_programs
 
 
 @given(case=filtered_rows())
 def test_thresholds_keep_the_specification_kept_set(
-    case: tuple[Rows, int | None, int | None, int | None, str],
+    case: tuple[Rows, int | None, int | None, int | None, str, int | None],
 ) -> None:
     """The kernel's ``{z >= t}`` equals `reference.filters.kept_tokens` except near pivots and
-    negligible tokens, in either launch plan, however many programs share a row; the max is kept;
+    negligible tokens, in either launch plan, however many programs share a row and its top-p
+    passes; the max is kept;
     ``t`` is ``-inf`` or a logit of its row; greedy rows, rows without a finite logit and rows with
     ``+inf`` logits keep everything; whether the searches sort their last tokens, narrow to one key
     or bisect (the rows plan)."""
-    rows, block_v, chunks, capacity, plan = case
+    rows, block_v, chunks, capacity, plan, mass_programs = case
     event(f"plan: {plan}")
-    comparison = _check(rows, _thresholds(rows, block_v, chunks, capacity, plan))
+    comparison = _check(rows, _thresholds(rows, block_v, chunks, capacity, plan, mass_programs))
     event(f"near-pivot differences: {min(comparison.near_differences, 1)}")
     event(f"negligible differences: {min(comparison.negligible_differences, 1)}")
 
