@@ -1490,10 +1490,10 @@ def default_chunks(rows: int, segments: int, device: torch.device) -> int:
     return default_chunks_for(rows, segments, torch.cuda.get_device_properties(device).multi_processor_count)
 
 
-def default_chunks_for(rows: int, segments: int, sms: int) -> int:
-    """Chunks enough that ``rows`` rows have `PROGRAMS_PER_SM` programs on each of ``sms`` SMs, at
-    most one chunk per segment of ``segments``."""
-    return max(1, min(segments, -(-PROGRAMS_PER_SM * sms // rows)))
+def default_chunks_for(rows: int, segments: int, sms: int, per_sm: int = PROGRAMS_PER_SM) -> int:
+    """Parts enough that ``rows`` rows have ``per_sm`` programs on each of ``sms`` SMs, at most
+    ``segments`` (a chunk per segment, or a program per chunk)."""
+    return max(1, min(segments, -(-per_sm * sms // rows)))
 
 
 # Top-p's passes aim for this many programs an SM on a GPU: a program takes every G-th chunk of its
@@ -1511,7 +1511,7 @@ def default_mass_programs(rows: int, chunks: int, device: torch.device) -> int:
     if device.type != "cuda":
         return chunks
     sms = torch.cuda.get_device_properties(device).multi_processor_count
-    return max(1, min(chunks, -(-MASS_PROGRAMS_PER_SM * sms // rows)))
+    return default_chunks_for(rows, chunks, sms, MASS_PROGRAMS_PER_SM)
 
 
 def segments_of(vocab_size: int, block_v: int) -> int:
@@ -1851,7 +1851,7 @@ def _split_plan(
     search_ways: int,
     kept_given: bool,
     kept_stride: int,
-    mass_programs: int | None = None,
+    mass_programs: int | None,
 ) -> FilterPlan:
     """`filter_thresholds`' split plan for a call structure: its launches, in order, and its workspace
     (which holds the kept statistics where the call gives no tensor for them: ``kept_given`` false)."""

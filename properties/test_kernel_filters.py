@@ -301,10 +301,9 @@ def test_thresholds_keep_the_specification_kept_set(
 ) -> None:
     """The kernel's ``{z >= t}`` equals `reference.filters.kept_tokens` except near pivots and
     negligible tokens, in either launch plan, however many programs share a row and its top-p
-    passes; the max is kept;
-    ``t`` is ``-inf`` or a logit of its row; greedy rows, rows without a finite logit and rows with
-    ``+inf`` logits keep everything; whether the searches sort their last tokens, narrow to one key
-    or bisect (the rows plan)."""
+    passes; the max is kept; ``t`` is ``-inf`` or a logit of its row; greedy rows, rows without a
+    finite logit and rows with ``+inf`` logits keep everything; whether the searches sort their last
+    tokens, narrow to one key or bisect (the rows plan)."""
     rows, block_v, chunks, capacity, plan, mass_programs = case
     event(f"plan: {plan}")
     comparison = _check(rows, _thresholds(rows, block_v, chunks, capacity, plan, mass_programs))
