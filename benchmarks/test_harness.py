@@ -23,6 +23,7 @@ from specsample.benchmarks.grid import (
     min_bytes,
 )
 from specsample.benchmarks.planted import EXTRA_PASS_ENV, ExtraLogitPass, with_planted_slowdown
+from specsample.benchmarks.profile import launch_times
 from specsample.benchmarks.timing import rounds_for
 from specsample.reference.sampler import ReferenceSampler
 
@@ -223,3 +224,17 @@ def test_reports_keep_filtered_cases_apart(tmp_path: Path) -> None:
     assert len(rows) == 2 and "| 128256 |  |" in rows[0] and "| top_k 50, top_p 0.9, min_p 0.05 |" in rows[1]
     groups = report.summary_table([plain, filtered]).splitlines()[2:]
     assert len(groups) == 2 and "| probabilistic |  | 1 |" in groups[0] and "top_p 0.9" in groups[1]
+
+
+def test_a_kernel_launched_twice_a_call_is_profiled_a_launch() -> None:
+    """Three calls (starts in microseconds): a statistics pass, two passes of masses (2 us then 5) and a
+    kernel launched in two of the three calls only, which cannot be told apart by launch."""
+    launches = []
+    for call in range(3):
+        begin = 100.0 * call
+        launches += [("stats", begin, 10e-6), ("mass", begin + 20, 2e-6), ("mass", begin + 40, 5e-6)]
+        if call:
+            launches.append(("sometimes", begin + 60, 3e-6))
+    times = dict(launch_times(sorted(launches, key=lambda launch: -launch[1]), 3))
+    assert times == pytest.approx({"stats": 10e-6, "mass #2": 5e-6, "mass #1": 2e-6, "sometimes": 2e-6})
+    assert [label for label, _ in launch_times(launches, 3)] == ["stats", "mass #2", "mass #1", "sometimes"]
