@@ -13,15 +13,18 @@ reduced alone, the same way whatever chunk reads it, and recorded; a row's sum a
 in their order. A chunk is a whole number of segments, as many as the batch's size calls for, so
 no sum, and no kept set or kept sum, depends on the batch a row rides in.
 
-1. ``filter_stats_kernel`` (each chunk): each segment's max, ``sum exp((z - max) / T)`` and least
-   logit, and the max of every tile of `maxima_tile` tokens (at most `MAX_TILES` of them a row).
+1. ``filter_stats_kernel`` (each chunk): each segment's max, ``sum exp((z - max) / T)`` (in rows
+   whose top-k is off or has fewer tiles than ``k``: `_sum_wanted`) and least logit, and the max
+   of every tile of `maxima_tile` tokens (at most `MAX_TILES` of them a row).
 2. ``filter_start_kernel`` (each row): the segments' statistics combined (`SEGMENT_GROUP` at a time);
    min-p's key, ``(z - max) / T >= log(min_p)`` with the cut taken in float64 (`min_p_key`); and the
    row's second pass. Top-k: a value at or below the ``k``-th largest tile maximum (`_top_k_bound`:
    two 16-way passes over the maxima, no sort) bounds the ``k``-th value from below (``k`` tiles
    hold a token at or above it), so the tokens at or above it (and min-p's key) are few
-   where the logits are spread over the vocabulary. Top-p without top-k: two passes of masses above
-   `FIRST_WAYS` values each first (3).
+   where the logits are spread over the vocabulary; where the bound's probability may round to
+   zero, the row's sum by a pass over it (top-k's test of a ``k``-th value of probability zero needs
+   it, and the statistics pass does not make it in top-k rows). Top-p without top-k: two passes of
+   masses above `FIRST_WAYS` values each first (3).
 3. ``filter_mass_kernel`` (top-p rows, launched twice; a program takes every ``G``-th chunk of its row,
    `default_mass_programs`, so that rows of other modes cost few programs): ``sum exp((z - max) / T)`` above
    each of a pass's cuts. The first pass's lane 0 is the kept set's bound, whose mass is the kept
@@ -50,8 +53,8 @@ no sum, and no kept set or kept sum, depends on the batch a row rides in.
    the last pivot, or, where min-p binds, the least logit at or above its key (the least of the
    chunks', or of top-k's candidates where top-k keeps all min-p keeps), and ``-inf`` where every
    token is kept. Where the sorted candidates hold every kept token above what the passes summed,
-   or every token is kept, it also writes the row's kept max and sum (``kept``), so that the
-   sampler's statistics pass need not read the row.
+   or every token is kept (and the row's sum was made), it also writes the row's kept max and sum
+   (``kept``), so that the sampler's statistics pass need not read the row.
 
 Masses are float32 sums of ``exp((z - max) / T)``; a token whose mass above lies within a few ulps
 (times ``sqrt(V)``) of ``top_p`` is a near pivot (`reference.filters.pivot_band`). A row that
@@ -684,6 +687,18 @@ def _smallest_key_from(row_ptr, vocab_size, kept_key, BLOCK_V: tl.constexpr):
 
 
 @triton.jit
+def _row_sum(row_ptr, vocab_size, row_max, inv_temperature, BLOCK_V: tl.constexpr):
+    """The row's sum of ``exp((z - max) / T)``, by a program that reads the whole row."""
+    sums = tl.zeros([BLOCK_V], tl.float32)
+    tile_start = 0
+    while tile_start < vocab_size:
+        x, in_vocab = _tile(row_ptr, tile_start, vocab_size, BLOCK_V)
+        sums += weight(x, in_vocab, row_max, inv_temperature)
+        tile_start += BLOCK_V
+    return tl.sum(sums, axis=0)
+
+
+@triton.jit
 def _mass_from(cand, kept_key, row_max, inv_temperature):
     """The sum of ``exp((z - max) / T)`` over the candidate keys ``cand`` at or above ``kept_key``."""
     kept = cand.to(tl.int64) >= kept_key
@@ -769,7 +784,16 @@ def filter_stats_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, segme
     64, n = 4, V = 128256, fp32, three filters: 61.3 us against 73.0 for one running sum over the
     whole tile a step; 80.8 where each segment's slots were reduced here). A segment's slots are made
     the same way whatever chunk reads it, so the row's sum (`filter_start_kernel` adds them in
-    segment order) does not depend on how many chunks the batch's size cuts the row into."""
+    segment order) does not depend on how many chunks the batch's size cuts the row into.
+
+    The sums are made only in rows that want them (`_sum_wanted`: not where top-k filters and the row
+    has at least ``k`` tiles); the others take each tile's maxima and least logits alone, no
+    exponential. A thread keeps the least of its own logits of a segment, reduced once at the
+    segment's end, and a tile's logits are loaded while the tile before it is reduced. H200, B =
+    64, n = 4, V = 128256, fp32, top-k 50, top-p 0.9, min-p 0.05: 62.7 us before these three, 63.7
+    with the tile ahead alone, 52.5 with all three (B = 1: 5.3, 4.2, 3.9); top-p 0.9 alone, whose
+    rows make their sums: 64.9, 64.4, 66.5 (benchmarks/RESULTS.md, "The filters' statistics pass
+    without sums in top-k rows")."""
     after_previous_launch(PDL)
     row = tl.program_id(0)
     chunk = tl.program_id(1)
@@ -777,6 +801,8 @@ def filter_stats_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, segme
     maxima_ptr = tile_max_ptr + row.to(tl.int64) * num_tiles
     masses_ptr = tile_mass_ptr + row.to(tl.int64) * num_tiles
     inv_temperature = inverse_temperature(tl.load(temperature_ptr + row))
+    # Rows whose top-k filters need no sum (`_sum_wanted`); top-p alone also wants the tiles' masses.
+    sums_wanted = _sum_wanted(top_k_ptr, row, vocab_size, num_tiles, HAS_TOP_K)
     masses_wanted = MASSES
     if MASSES:
         masses_wanted = tl.load(top_p_ptr + row) < 1.0
@@ -787,32 +813,62 @@ def filter_stats_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, segme
     lines = tl.arange(0, LINES)
     lanes = tl.arange(0, TILE)
     tl.store(chunk_count_ptr + row * tl.num_programs(1) + chunk, 0)
-    for s in range(SEGMENTS):
-        segment = chunk * SEGMENTS + s
-        if segment < num_segments:
+    # The chunk's tiles one after another, each tile's logits loaded while the tile before it is
+    # reduced (the loads of a tile wait on no barrier of the reductions before them).
+    TILES: tl.constexpr = SEGMENTS * SEGMENT_TILES
+    first_tile = chunk * TILES
+    offsets = lines[:, None] * TILE + lanes[None, :]
+    tokens = first_tile * BLOCK_V + offsets
+    ahead = tl.load(row_ptr + tokens, mask=tokens < vocab_size, other=NEG_INF)
+    slot_max = tl.full([LINES], NEG_INF, tl.float32)
+    slot_sum = tl.full([LINES], 0.0, tl.float32)
+    # Each thread keeps the least of its own logits of a segment, reduced at the segment's end.
+    slot_least = tl.full([LINES, TILE], POS_INF, tl.float32)
+    for i in range(TILES):
+        t = i % SEGMENT_TILES
+        segment = chunk * SEGMENTS + i // SEGMENT_TILES
+        tile_start = (first_tile + i) * BLOCK_V
+        in_vocab = tile_start + offsets < vocab_size
+        x = clean_logit(ahead)
+        following = tile_start + BLOCK_V + offsets
+        ahead = tl.load(row_ptr + following, mask=(following < vocab_size) & (i + 1 < TILES), other=NEG_INF)
+        if t == 0:
             slot_max = tl.full([LINES], NEG_INF, tl.float32)
             slot_sum = tl.full([LINES], 0.0, tl.float32)
-            slot_least = tl.full([LINES], POS_INF, tl.float32)
-            for t in range(SEGMENT_TILES):
-                tile_start = (segment * SEGMENT_TILES + t) * BLOCK_V
-                tokens = tile_start + lines[:, None] * TILE + lanes[None, :]
-                in_vocab = tokens < vocab_size
-                x = clean_logit(tl.load(row_ptr + tokens, mask=in_vocab, other=NEG_INF))
-                maxima = tl.max(x, axis=1)
+            slot_least = tl.full([LINES, TILE], POS_INF, tl.float32)
+        if segment < num_segments:
+            maxima = tl.max(x, axis=1)
+            tiles = tile_start // TILE + lines
+            tl.store(maxima_ptr + tiles, maxima, mask=tiles < num_tiles)
+            new_max = tl.maximum(slot_max, maxima)
+            if sums_wanted:
                 masses = tl.sum(weight(x, in_vocab, maxima[:, None], inv_temperature), axis=1)
-                tiles = tile_start // TILE + lines
-                tl.store(maxima_ptr + tiles, maxima, mask=tiles < num_tiles)
                 if masses_wanted:
                     tl.store(masses_ptr + tiles, masses, mask=tiles < num_tiles)
-                new_max = tl.maximum(slot_max, maxima)
                 rescaled = slot_sum * rescale_factor(slot_max, new_max, inv_temperature)
                 slot_sum = rescaled + masses * rescale_factor(maxima, new_max, inv_temperature)
-                slot_max = new_max
-                slot_least = tl.minimum(slot_least, tl.min(tl.where(in_vocab, x, POS_INF), axis=1))
-            out = segment_stats_ptr + (row * num_segments + segment).to(tl.int64) * (3 * LINES) + lines
-            tl.store(out, slot_max)
-            tl.store(out + LINES, slot_sum)
-            tl.store(out + 2 * LINES, slot_least)
+            slot_max = new_max
+            slot_least = tl.minimum(slot_least, tl.where(in_vocab, x, POS_INF))
+            if t == SEGMENT_TILES - 1:
+                out = segment_stats_ptr + (row * num_segments + segment).to(tl.int64) * (3 * LINES) + lines
+                tl.store(out, slot_max)
+                tl.store(out + LINES, slot_sum)
+                tl.store(out + 2 * LINES, tl.min(slot_least, axis=1))
+
+
+@triton.jit
+def _sum_wanted(top_k_ptr, row, vocab_size, num_tiles, HAS_TOP_K: tl.constexpr):
+    """Whether a row's sum is made by `filter_stats_kernel`: not where its top-k filters (``0 < k <
+    V``) and the row has at least ``k`` tiles, so that the ``k``-th value has a lower bound
+    (`_top_k_bound`). Such a row's kept sum comes from its sorted candidates, and its test of a
+    ``k``-th value of probability zero needs the sum only where that bound lies within ``log V``
+    of zero's probability (`filter_start_kernel` then makes it, `_row_sum`); it skips an
+    exponential a token."""
+    wanted = True
+    if HAS_TOP_K:
+        k = tl.load(top_k_ptr + row)
+        wanted = (k <= 0) | (k >= vocab_size) | (k > num_tiles)
+    return wanted
 
 
 @triton.jit
@@ -847,11 +903,11 @@ def _narrow_on_tiles(keys, weights, need, lo, hi, PASSES: tl.constexpr):
 
 
 @triton.jit(do_not_specialize=["vocab_size", "num_segments", "num_tiles"])
-def filter_start_kernel(temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, segment_stats_ptr, tile_max_ptr,
-                        tile_mass_ptr, row_stats_ptr, row_state_ptr, cuts_ptr, vocab_size, num_segments,
-                        num_tiles, HAS_TOP_K: tl.constexpr, HAS_TOP_P: tl.constexpr, HAS_MIN_P: tl.constexpr,
-                        TILES: tl.constexpr, LINES: tl.constexpr, WAYS: tl.constexpr,
-                        PDL: tl.constexpr):  # fmt: skip
+def filter_start_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, segment_stats_ptr,
+                        tile_max_ptr, tile_mass_ptr, row_stats_ptr, row_state_ptr, cuts_ptr, logits_stride,
+                        vocab_size, num_segments, num_tiles, HAS_TOP_K: tl.constexpr, HAS_TOP_P: tl.constexpr,
+                        HAS_MIN_P: tl.constexpr, TILES: tl.constexpr, LINES: tl.constexpr, WAYS: tl.constexpr,
+                        BLOCK_V: tl.constexpr, PDL: tl.constexpr):  # fmt: skip
     """Grid (R,): the row's max, sum and least logit (its segments' ``LINES`` line slots each,
     `SEGMENT_GROUP` segments at a time, in segment order), min-p's key, the row's mode and its second
     pass's interval: for top-k, ``[max(min-p's key, bound), max]``, the bound at or below the
@@ -885,7 +941,8 @@ def filter_start_kernel(temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, segmen
         c += SEGMENT_GROUP
     out = row_stats_ptr + row * STATS_FIELDS
     tl.store(out, row_max)
-    tl.store(out + 1, row_sum)
+    # Rows without a sum (`_sum_wanted`) store UNKNOWN_MASS, unless their top-k test needs it (below).
+    row_sum = tl.where(_sum_wanted(top_k_ptr, row, vocab_size, num_tiles, HAS_TOP_K), row_sum, UNKNOWN_MASS)
     tl.store(out + 2, least)
 
     filtering = filters_row(temperature, row_max)
@@ -910,9 +967,17 @@ def filter_start_kernel(temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, segmen
         k = tl.load(top_k_ptr + row).to(tl.int64)
         if filtering & (k > 0) & (k < vocab_size):
             bound = _top_k_bound(tile_max_ptr + row.to(tl.int64) * num_tiles, num_tiles, k, max_key, TILES)
+            # The k-th value is at least the bound, and the sum S in [1, V]: the select kernel's test
+            # of a k-th value of probability zero needs S only where the bound's log probability may
+            # lie below zero's, log V above it.
+            bound_log = scaled_logit(key_value(bound.to(tl.int32)), row_max, inv_temperature)
+            if (row_sum < 0.0) & (bound_log < LOG_ZERO + tl.log(tl.full([], vocab_size, tl.float32))):
+                row_ptr = logits_ptr + row.to(tl.int64) * logits_stride
+                row_sum = _row_sum(row_ptr, vocab_size, row_max, inv_temperature, BLOCK_V)
             mode = tl.full([], MODE_TOP_K, tl.int64)
             lo = tl.maximum(kept_key, bound)
             hi = max_key + 1
+    tl.store(out + 1, row_sum)
     state = row_state_ptr + row * STATE_FIELDS
     if HAS_TOP_P:  # noqa: SIM102 (a constexpr condition, then a runtime one)
         if mode == MODE_TOP_P:
@@ -1207,8 +1272,9 @@ def filter_select_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, row_
     kept) and the sum of ``exp((z - max) / T)`` over the kept tokens, so that the sampler need not
     read the row for them (`rejection_kernels.row_stats_kernel`). The sum is known where the
     candidates sorted here hold every kept token above what the passes summed (top-k's, and top-p's
-    after its search) or every token is kept (the row's sum); elsewhere (min-p alone, a search by
-    passes alone, rows that filter nothing: greedy ones, those without a finite logit) it is
+    after its search) or every token is kept (the row's sum, where the statistics pass made it or
+    top-k's test of a ``k``-th value of probability zero needed it); elsewhere (min-p alone, a search
+    by passes alone, rows that filter nothing: greedy ones, those without a finite logit) it is
     `UNKNOWN_MASS`. The passes' sums are made by segments, whatever chunks read them, so a known sum
     does not depend on the batch a row rides in. The candidates' sum adds the same terms in another
     order than a pass over the row would: the two differ by float32 rounding, which moves decisions
@@ -1249,7 +1315,10 @@ def filter_select_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, row_
                 row_ptr, cand_ptr, vocab_size, k, lo, hi, n, packed, capacity, passes, BLOCK_V, SCAN, WAYS,
                 CAPACITY,
             )  # fmt: skip
-            kth_log_p = scaled_logit(key_value(kth.to(tl.int32)), row_max, inv_temperature) - tl.log(row_sum)
+            # A row without its sum (UNKNOWN_MASS, `_sum_wanted`) has a k-th value whose log
+            # probability lies log V above zero's or more: S in [1, V] leaves the test as it is.
+            kth_scaled = scaled_logit(key_value(kth.to(tl.int32)), row_max, inv_temperature)
+            kth_log_p = kth_scaled - tl.log(tl.maximum(row_sum, 1.0))
             # A k-th value of probability zero ties with every zero: top-k then keeps everything kept.
             by_k = filters & (kth_log_p >= LOG_ZERO)
             kept_key = tl.where(by_k, kth, kept_key)
@@ -1933,9 +2002,10 @@ def _split_plan(
         of(filter_stats_kernel, grid, dependent, logits_stride=stride, num_tiles=num_tiles,
            num_segments=num_segments, BLOCK_V=block_v, TILE=tile, SEGMENT_TILES=SEGMENT_TILES,
            SEGMENTS=segments_per_chunk, MASSES=has_top_p, HAS_TOP_K=has_top_k),
-        of(filter_start_kernel, per_row, dependent, num_segments=num_segments, num_tiles=num_tiles,
-           HAS_TOP_K=has_top_k, HAS_TOP_P=has_top_p, HAS_MIN_P=has_min_p,
-           TILES=int(triton.next_power_of_2(num_tiles)), LINES=block_v // tile, WAYS=first_ways),
+        of(filter_start_kernel, per_row, dependent, logits_stride=stride, num_segments=num_segments,
+           num_tiles=num_tiles, HAS_TOP_K=has_top_k, HAS_TOP_P=has_top_p, HAS_MIN_P=has_min_p,
+           TILES=int(triton.next_power_of_2(num_tiles)), LINES=block_v // tile, WAYS=first_ways,
+           BLOCK_V=block_v),
     ]  # fmt: skip
     if has_top_p:
         if mass_programs is None:

@@ -405,6 +405,24 @@ def test_a_kth_value_of_probability_zero_keeps_everything() -> None:
     np.testing.assert_array_equal(_both_plans(rows), [-INF, 0.0])
 
 
+def test_a_kth_value_within_log_v_of_zero_is_decided_by_the_rows_sum() -> None:
+    """The statistics pass makes no sum in rows whose top-k filters; the start kernel makes it where
+    the bound below the ``k``-th value lies within ``log V`` of zero's log probability. Third value
+    ``-744.6`` at ``T = 1``: over a sum of 2 its probability rounds to zero (top-k 3 keeps everything,
+    and the kept sum is the row's), over ``1 + e**-1`` it does not (top-k 3 keeps three tokens). V =
+    64: four tiles of maxima, at least ``k``, so the statistics pass makes no sum."""
+    logits = np.full((2, 64), -800.0)
+    logits[:, :3] = [[0.0, 0.0, -744.6], [0.0, -1.0, -744.6]]
+    rows = _rows(logits, 1.0, top_k=3)
+    assert _kept(rows) == [list(range(64)), [0, 1, 2]]
+    np.testing.assert_array_equal(_both_plans(rows), [-INF, np.float32(-744.6)])
+    temperature, top_k, _, _ = rows.tensors()
+    kept = torch.full((2, 2), np.nan, device=DEVICE)
+    # (A capacity that sorts all 64 tokens: the kept sum of top-k's candidates is then known too.)
+    filter_thresholds(rows.logits, temperature, top_k, plan="split", kept=kept, capacity=64)
+    np.testing.assert_allclose(kept[1].cpu().numpy(), [2.0, 1.0 + np.exp(-1.0)], rtol=1e-6)
+
+
 def test_min_p_binding_under_top_k_gives_its_smallest_kept_logit() -> None:
     """Top-k 900 of V = 1,000 with min-p 0.05 on Gaussian logits: min-p keeps 3 to 15 tokens, fewer than
     k, so ``t`` is the smallest logit min-p keeps. The select kernel takes it from top-k's sorted
