@@ -942,7 +942,8 @@ def filter_start_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, min_p
     out = row_stats_ptr + row * STATS_FIELDS
     tl.store(out, row_max)
     # Rows without a sum (`_sum_wanted`) store UNKNOWN_MASS, unless their top-k test needs it (below).
-    row_sum = tl.where(_sum_wanted(top_k_ptr, row, vocab_size, num_tiles, HAS_TOP_K), row_sum, UNKNOWN_MASS)
+    summed = _sum_wanted(top_k_ptr, row, vocab_size, num_tiles, HAS_TOP_K)
+    row_sum = tl.where(summed, row_sum, UNKNOWN_MASS)
     tl.store(out + 2, least)
 
     filtering = filters_row(temperature, row_max)
@@ -971,7 +972,7 @@ def filter_start_kernel(logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, min_p
             # of a k-th value of probability zero needs S only where the bound's log probability may
             # lie below zero's, log V above it.
             bound_log = scaled_logit(key_value(bound.to(tl.int32)), row_max, inv_temperature)
-            if (row_sum < 0.0) & (bound_log < LOG_ZERO + tl.log(tl.full([], vocab_size, tl.float32))):
+            if (not summed) & (bound_log < LOG_ZERO + tl.log(tl.full([], vocab_size, tl.float32))):
                 row_ptr = logits_ptr + row.to(tl.int64) * logits_stride
                 row_sum = _row_sum(row_ptr, vocab_size, row_max, inv_temperature, BLOCK_V)
             mode = tl.full([], MODE_TOP_K, tl.int64)
